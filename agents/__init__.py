@@ -1,0 +1,12 @@
+"""Agents: policies (token ids in, ids + logprobs out), chat rendering, the agent loop, evaluation.
+
+Importing this package loads no torch; `TransformersPolicy` lives in `sleuth.agents.hf`."""
+
+from sleuth.agents.chat import ChatRenderer
+from sleuth.agents.loop import run_episodes
+from sleuth.agents.policies import load_policy, load_tokenizer
+from sleuth.agents.policy import Generation, Policy, Request, SamplingParams
+from sleuth.agents.trajectory import Trajectory, Turn
+
+__all__ = ["ChatRenderer", "run_episodes", "load_policy", "load_tokenizer", "Generation", "Policy", "Request",
+           "SamplingParams", "Trajectory", "Turn"]

@@ -1,0 +1,120 @@
+"""Held-out evaluation: run a policy on tasks, append each finished trajectory to
+`trajectories.jsonl` at once (so an interrupted run resumes where it stopped), then summarise."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium
+from sleuth.agents.loop import run_episodes
+from sleuth.agents.policy import Policy, SamplingParams
+from sleuth.agents.trajectory import Trajectory
+from sleuth.tasks.base import Task
+from tqdm import tqdm
+
+
+def load_trajectories(path: Path) -> list[Trajectory]:
+    """Read a trajectories file, skipping a torn last line left by a killed run."""
+    out = []
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(Trajectory.from_json(line))
+            except (json.JSONDecodeError, TypeError, KeyError):
+                continue
+    return out
+
+
+def episode_metrics(t: Trajectory) -> dict[str, float]:
+    details = (t.verdict or {}).get("details", {})
+    reads = [turn.info["read"] for turn in t.turns if turn.info.get("read")]
+    return {
+        "em": float(details.get("em", 0.0)),
+        "f1": float(details.get("f1", 0.0)),
+        "support_recall": float(details.get("support_recall", 0.0)),
+        "score": float((t.verdict or {}).get("score", 0.0)),
+        "reads": float(len(reads)),
+        "gold_reads": float(sum(r["gold"] for r in reads)),
+        "rereads": float(sum(r["reread"] for r in reads)),
+        "turns": float(len(t.turns)),
+        "tool_errors": float(sum(turn.error is not None for turn in t.turns)),
+        "answered": float(t.terminated),
+        "policy_tokens": float(t.num_policy_tokens),
+        "total_tokens": float(len(t.prompt_ids) + sum(len(x.action_ids) + len(x.observation_ids) for x in t.turns)),
+    }
+
+
+def summarise(trajs: Sequence[Trajectory], wall_time_s: float, meta: dict[str, Any]) -> dict[str, Any]:
+    ok = [t for t in trajs if t.error is None]
+    rows = [episode_metrics(t) for t in ok]
+    n = len(rows)
+
+    def mean(key: str) -> float:
+        return round(sum(r[key] for r in rows) / n, 4) if n else 0.0
+
+    turns = sum(r["turns"] for r in rows)
+    return {
+        **meta,
+        "n": n,
+        "failed": len(trajs) - n,
+        "em": mean("em"),
+        "f1": mean("f1"),
+        "support_recall": mean("support_recall"),
+        "score": mean("score"),
+        "mean_reads": mean("reads"),
+        "mean_turns": mean("turns"),
+        "answered_rate": mean("answered"),
+        "tool_call_error_rate": round(sum(r["tool_errors"] for r in rows) / turns, 4) if turns else 0.0,
+        "policy_tokens": int(sum(r["policy_tokens"] for r in rows)),
+        "total_tokens": int(sum(r["total_tokens"] for r in rows)),
+        "wall_time_s": round(wall_time_s, 2),
+    }
+
+
+def evaluate(
+    make_env: Callable[[], gymnasium.Env],
+    tasks: Sequence[Task],
+    policy: Policy,
+    out_dir: str | Path,
+    sampling: SamplingParams | None = None,
+    concurrency: int = 8,
+    env_id: str = "",
+    meta: dict[str, Any] | None = None,
+    resume: bool = True,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Evaluate and write `trajectories.jsonl`, `summary.json`, `report.md` and `report.png` in `out_dir`."""
+    from sleuth.agents.report import write_report
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    traj_path, summary_path = out / "trajectories.jsonl", out / "summary.json"
+    done = load_trajectories(traj_path) if resume else []
+    if not resume or not done:
+        traj_path.write_text("", encoding="utf-8")
+    else:  # rewrite without any torn last line before appending
+        traj_path.write_text("".join(t.to_json() + "\n" for t in done), encoding="utf-8")
+    previous_wall = 0.0
+    if resume and done and summary_path.exists():
+        previous_wall = float(json.loads(summary_path.read_text()).get("wall_time_s", 0.0))
+    seen = {t.task_id for t in done}
+    todo = [t for t in tasks if t.id not in seen]
+    start = time.perf_counter()
+    with open(traj_path, "a", encoding="utf-8") as f, tqdm(total=len(tasks), initial=len(tasks) - len(todo),
+                                                           desc=f"eval {policy.name}", disable=not progress) as bar:
+        for traj in run_episodes(make_env, todo, policy, sampling, concurrency, env_id):
+            f.write(traj.to_json() + "\n")
+            f.flush()
+            done.append(traj)
+            bar.update(1)
+    wall = previous_wall + time.perf_counter() - start
+    order = {t.id: i for i, t in enumerate(tasks)}
+    done.sort(key=lambda t: order.get(t.task_id, len(order)))
+    summary = summarise(done, wall, {"policy": policy.name, "env": env_id, **(meta or {})})
+    summary_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    write_report(out, summary, done)
+    return summary

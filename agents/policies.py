@@ -1,0 +1,28 @@
+"""`load_policy("smollm2" | "random" | "first-k" | "oracle" | <local path> | <hub id>)`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sleuth.agents.policy import Policy
+
+SCRIPTED = ("random", "first-k", "oracle")
+
+
+def load_tokenizer(model: str = "smollm2") -> Any:
+    from sleuth.agents.models import resolve_model
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_model(model))
+
+
+def load_policy(spec: str, tokenizer_model: str = "smollm2", seed: int = 0, **kwargs: Any) -> Policy:
+    """Scripted baselines render with `tokenizer_model`'s tokenizer; anything else loads a transformers model."""
+    from sleuth.agents import scripted
+
+    classes = {"random": scripted.RandomReader, "first-k": scripted.FirstKReader, "oracle": scripted.OracleReader}
+    if spec in classes:
+        return classes[spec](load_tokenizer(tokenizer_model), seed=seed)
+    from sleuth.agents.hf import TransformersPolicy
+
+    return TransformersPolicy(spec, **kwargs)

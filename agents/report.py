@@ -1,0 +1,109 @@
+"""Readable reports of evaluation runs: Markdown tables plus PNG plots."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sleuth.agents.trajectory import Trajectory
+
+METRICS = ("em", "f1", "support_recall", "answered_rate")
+COLUMNS = ("n", "em", "f1", "support_recall", "mean_reads", "answered_rate", "tool_call_error_rate",
+           "policy_tokens", "wall_time_s")
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _turn_outcomes(trajs: Sequence[Trajectory]) -> dict[str, list[int]]:
+    """Per turn index: how many turns read a gold doc, read a distractor, failed, or answered."""
+    width = max((len(t.turns) for t in trajs), default=0)
+    kinds = {k: [0] * width for k in ("gold read", "distractor read", "error", "answer")}
+    for t in trajs:
+        for i, turn in enumerate(t.turns):
+            read = turn.info.get("read")
+            if turn.error:
+                kinds["error"][i] += 1
+            elif read:
+                kinds["gold read" if read["gold"] else "distractor read"][i] += 1
+            elif turn.tool_call:
+                kinds["answer"][i] += 1
+    return kinds
+
+
+def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str], label: str) -> str:
+    head = f"| {label} | " + " | ".join(columns) + " |"
+    sep = "|---" * (len(columns) + 1) + "|"
+    lines = [head, sep]
+    for r in rows:
+        lines.append(f"| {r.get(label, '')} | " + " | ".join(_fmt(r.get(c, '')) for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def write_report(out: Path, summary: dict[str, Any], trajs: Sequence[Trajectory]) -> None:
+    plt = _plt()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
+    a.bar(METRICS, [summary[m] for m in METRICS], color="#4c72b0")
+    a.set_ylim(0, 1)
+    a.set_title(f"{summary['policy']} on {summary.get('tasks', '')} (n={summary['n']})")
+    kinds = _turn_outcomes([t for t in trajs if t.error is None])
+    bottom = [0] * len(next(iter(kinds.values()), []))
+    for kind, counts in kinds.items():
+        b.bar([str(i + 1) for i in range(len(counts))], counts, bottom=bottom, label=kind)
+        bottom = [x + y for x, y in zip(bottom, counts, strict=True)]
+    b.set_xlabel("turn")
+    b.set_ylabel("episodes")
+    b.set_title("what each turn did")
+    b.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "report.png", dpi=110)
+    plt.close(fig)
+
+    lines = [f"# Evaluation: {summary['policy']} on {summary.get('env', '')}", "",
+             f"Tasks `{summary.get('tasks', '')}`, harness `{summary.get('harness', '')}`, "
+             f"wall time {summary['wall_time_s']} s.", "",
+             _table([{**summary, "policy": summary["policy"]}], COLUMNS, "policy"), "", "![report](report.png)", "",
+             "## First episodes", ""]
+    for t in [t for t in trajs if t.error is None][:3]:
+        details = (t.verdict or {}).get("details", {})
+        lines.append(f"- task `{t.task_id}` — EM {details.get('em', 0)}, F1 {details.get('f1', 0):.2f}, "
+                     f"stop: {t.stop_reason}")
+        for i, turn in enumerate(t.turns):
+            action = turn.action_text.strip().replace("\n", " ")[:120]
+            note = f" → error: {turn.error}" if turn.error else ""
+            lines.append(f"  {i + 1}. `{action}`{note}")
+    failed = [t for t in trajs if t.error is not None]
+    if failed:
+        lines += ["", f"## {len(failed)} tasks could not run", ""] + [f"- `{t.task_id}`: {t.error}" for t in failed]
+    (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_comparison(out: Path, summaries: Sequence[dict[str, Any]]) -> str:
+    """A table and a grouped bar chart over several runs; returns the Markdown table."""
+    rows = [{**s, "run": s.get("run", s["policy"])} for s in summaries]
+    table = _table(rows, COLUMNS, "run")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 3.8))
+    width = 0.8 / len(METRICS)
+    for k, metric in enumerate(METRICS):
+        ax.bar([i + k * width for i in range(len(rows))], [r[metric] for r in rows], width, label=metric)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], [r["run"] for r in rows], fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=8)
+    ax.set_title("held-out comparison")
+    fig.tight_layout()
+    fig.savefig(out / "comparison.png", dpi=110)
+    plt.close(fig)
+    (out / "comparison.md").write_text(f"# Comparison\n\n{table}\n\n![comparison](comparison.png)\n", encoding="utf-8")
+    return table

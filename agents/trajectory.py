@@ -1,0 +1,90 @@
+"""`Turn` and `Trajectory`: the exact token-level record of an episode (token-in/token-out).
+
+A trajectory's token sequence is `prompt_ids + Σ (action_ids + observation_ids)`: the policy's own ids,
+never re-derived from text, and the ids the agent loop appended after them. The loss mask is 1 exactly on
+action ids."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Turn:
+    action_ids: list[int]
+    action_logprobs: list[float]  # sampling logprobs from the rollout engine, one per action id
+    action_text: str
+    observation_ids: list[int] = field(default_factory=list)  # empty after the final turn
+    observation: str = ""
+    tool_call: dict[str, Any] | None = None
+    error: str | None = None  # malformed call, unknown tool, bad arguments, tool error
+    reward: float = 0.0  # the env's reward for this step
+    info: dict[str, Any] = field(default_factory=dict)  # the env's step info (chat messages dropped)
+    policy_version: int = 0
+    finish_reason: str = "stop"  # "stop" (end-of-turn token) or "length" (max_tokens hit)
+
+    def __post_init__(self) -> None:
+        if len(self.action_logprobs) != len(self.action_ids):
+            raise ValueError(f"{len(self.action_ids)} action ids but {len(self.action_logprobs)} logprobs")
+
+
+@dataclass
+class Trajectory:
+    task_id: str
+    env_id: str
+    prompt_ids: list[int]
+    turns: list[Turn] = field(default_factory=list)
+    reward: float = 0.0  # sum of the env's step rewards (the verdict's score for outcome-only envs)
+    verdict: dict[str, Any] | None = None
+    terminated: bool = False
+    truncated: bool = False
+    stop_reason: str = ""  # "final", "budget", "context_limit", "error"
+    error: str | None = None  # set when the episode could not run (the task is kept, nothing lost)
+    group: str = ""  # group key for group-relative advantages (the task id by default)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    # -- token views --------------------------------------------------------------------------
+    def token_ids(self) -> list[int]:
+        ids = list(self.prompt_ids)
+        for t in self.turns:
+            ids += t.action_ids
+            ids += t.observation_ids
+        return ids
+
+    def loss_mask(self) -> list[int]:
+        mask = [0] * len(self.prompt_ids)
+        for t in self.turns:
+            mask += [1] * len(t.action_ids)
+            mask += [0] * len(t.observation_ids)
+        return mask
+
+    def sampling_logprobs(self) -> list[float]:
+        """Rollout logprobs aligned with `token_ids()`; 0.0 where the mask is 0."""
+        lps = [0.0] * len(self.prompt_ids)
+        for t in self.turns:
+            lps += t.action_logprobs
+            lps += [0.0] * len(t.observation_ids)
+        return lps
+
+    @property
+    def num_policy_tokens(self) -> int:
+        return sum(len(t.action_ids) for t in self.turns)
+
+    # -- serialisation ------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
+        d = dict(d)
+        d["turns"] = [Turn(**t) for t in d.get("turns", [])]
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, line: str) -> Trajectory:
+        return cls.from_dict(json.loads(line))

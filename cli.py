@@ -1,0 +1,119 @@
+"""The `sleuth` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _kv(items: list[str]) -> dict[str, Any]:
+    import yaml
+
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise SystemExit(f"error: --env-arg wants KEY=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def cmd_envs(args: argparse.Namespace) -> int:
+    import sleuth
+
+    for env_id, entry in sleuth.registered().items():
+        print(f"{env_id:32s} {entry}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import sleuth
+    from sleuth.agents.evaluate import evaluate
+    from sleuth.agents.policies import load_policy
+    from sleuth.agents.policy import SamplingParams
+    from sleuth.agents.report import write_comparison
+    from sleuth.tasks import load_tasks
+
+    env_args = _kv(args.env_arg)
+    try:
+        tasks = load_tasks(args.tasks, limit=args.limit)
+        sleuth.make(args.env, **env_args).close()  # fail fast on a bad env id or argument
+    except (FileNotFoundError, ValueError, TypeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        print(f"error: cannot build env {args.env!r}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    harnesses = [h.strip() for h in args.harness.split(",") if h.strip()]
+    sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
+    out = Path(args.out)
+    multi = len(policies) * len(harnesses) > 1
+    summaries = []
+    for spec in policies:
+        policy = load_policy(spec, seed=args.seed)
+        for harness in harnesses:
+            run = f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', Path(spec).name)}-{harness}"
+            summary = evaluate(
+                lambda h=harness: sleuth.make(args.env, harness=h, **env_args), tasks, policy,
+                out / run if multi else out, sampling, args.concurrency, args.env,
+                meta={"tasks": args.tasks, "harness": harness, "run": run}, resume=not args.no_resume,
+            )
+            summaries.append(summary)
+    if multi:
+        write_comparison(out, summaries)
+        _print_table(summaries)
+        print(f"\nreport: {out / 'comparison.md'}")
+    else:
+        print(json.dumps(summaries[0], indent=2))
+        print(f"report: {out / 'report.md'}")
+    return 0
+
+
+def _print_table(summaries: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from sleuth.agents.report import COLUMNS
+
+    table = Table(title="held-out evaluation")
+    table.add_column("run")
+    for c in COLUMNS:
+        table.add_column(c, justify="right")
+    for s in summaries:
+        table.add_row(s["run"], *[f"{s[c]:.3f}" if isinstance(s[c], float) else str(s[c]) for c in COLUMNS])
+    Console(width=160).print(table)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sleuth", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("envs", help="list registered environments").set_defaults(fn=cmd_envs)
+    e = sub.add_parser("eval", help="evaluate policies on held-out tasks")
+    e.add_argument("--env", default="sleuth/DocRead-v0")
+    e.add_argument("--tasks", required=True, help="NAME:SPLIT or NAME:PATH (e.g. hotpotqa:test)")
+    e.add_argument("--policy", default="smollm2",
+                   help="comma list of: smollm2, random, first-k, oracle, a local model path or a hub id")
+    e.add_argument("--harness", default="json", help="comma list of tool-call formats: json, text")
+    e.add_argument("--limit", type=int, default=None)
+    e.add_argument("--out", required=True)
+    e.add_argument("--max-tokens", type=int, default=64)
+    e.add_argument("--temperature", type=float, default=0.0)
+    e.add_argument("--concurrency", type=int, default=8, help="episodes run (and batched) at once")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="extra env kwargs")
+    e.add_argument("--no-resume", action="store_true", help="start over instead of resuming trajectories.jsonl")
+    e.set_defaults(fn=cmd_eval)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

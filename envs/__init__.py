@@ -1,0 +1,13 @@
+"""Environments: gymnasium envs composed of a harness (tools, parser, prompt, budget) and a verifier."""
+
+from sleuth.envs.base import TextSpace, ToolEnv
+from sleuth.envs.docread import DocReadEnv
+from sleuth.envs.harness import Harness
+from sleuth.envs.parsers import JSONParser, ParseResult, TextParser, ToolCall, get_parser
+from sleuth.envs.registry import make, register, registered
+from sleuth.envs.tools import Tool, ToolError, make_tool, tool
+
+__all__ = [
+    "ToolEnv", "TextSpace", "DocReadEnv", "Harness", "JSONParser", "TextParser", "ToolCall", "ParseResult",
+    "get_parser", "make", "register", "registered", "Tool", "ToolError", "make_tool", "tool",
+]

@@ -1,0 +1,179 @@
+"""`ToolEnv`: a gymnasium env made of a task, a harness and a verifier. Subclasses add tools as
+methods marked `@tool`; the base class does parsing, budgets, error observations and scoring."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import gymnasium
+from gymnasium import spaces
+from sleuth.envs.harness import Harness
+from sleuth.envs.parsers import ParseResult
+from sleuth.envs.tools import Tool, ToolError, make_tool
+from sleuth.tasks.base import Task
+from sleuth.verifiers.base import Verdict, Verifier
+
+
+class TextSpace(spaces.Text):
+    """Any string up to `max_length` characters (gymnasium's Text only admits a fixed charset)."""
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and len(x) <= self.max_length
+
+
+class ToolEnv(gymnasium.Env):
+    """reset(options={"task": Task}) → (prompt, info); step(action text) → (observation, reward,
+    terminated, truncated, info). Malformed actions never raise: they yield an observation that says what
+    was wrong, use up budget, and are recorded in `info["error"]`."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    instructions: ClassVar[str] = "You are a helpful agent. Use the tools to solve the task."
+    budget_unit: ClassVar[str] = "turns"
+    default_budget: ClassVar[int] = 8
+
+    def __init__(
+        self,
+        tasks: Sequence[Task] | None = None,
+        verifier: Verifier | None = None,
+        harness: Harness | str = "json",
+        budget: int | None = None,
+        render_mode: str | None = None,
+    ):
+        self.tasks = list(tasks) if tasks is not None else None
+        self.verifier = verifier if verifier is not None else self.default_verifier()
+        budget = self.default_budget if budget is None else budget
+        self.harness = harness if isinstance(harness, Harness) else Harness(harness, budget, self.budget_unit)
+        self.render_mode = render_mode
+        self.observation_space = TextSpace(max_length=1 << 20)
+        self.action_space = TextSpace(max_length=1 << 20)
+        self.tools: dict[str, Tool] = {}
+        for attr, spec in self._tool_specs().items():
+            t = make_tool(getattr(self, attr), name=spec["name"], final=spec["final"])
+            self.tools[t.name] = t
+        if not any(t.final for t in self.tools.values()):
+            raise TypeError(f"{type(self).__name__} needs at least one @tool(final=True) tool to end an episode")
+        self._finals = [t.name for t in self.tools.values() if t.final]
+        self._schemas = [t.schema() for t in self.tools.values()]
+        self.task: Task | None = None
+
+    @classmethod
+    def _tool_specs(cls) -> dict[str, dict[str, Any]]:
+        if "_specs" not in cls.__dict__:
+            specs = {}
+            for klass in reversed(cls.__mro__):
+                for attr, val in vars(klass).items():
+                    if callable(val) and hasattr(val, "__sleuth_tool__"):
+                        specs[attr] = val.__sleuth_tool__
+            cls._specs = specs
+        return cls._specs
+
+    # -- hooks for subclasses -------------------------------------------------------------------
+    def default_verifier(self) -> Verifier:
+        raise TypeError(f"{type(self).__name__} needs a verifier: pass verifier=... or override default_verifier()")
+
+    def on_reset(self, task: Task) -> None:
+        """Build per-episode state from the task."""
+
+    def user_message(self, task: Task) -> str:
+        return task.question
+
+    def verifier_context(self) -> dict[str, Any]:
+        """Extra keyword arguments for the verifier (e.g. the evidence the agent read)."""
+        return {}
+
+    def step_info(self) -> dict[str, Any]:
+        """Extra per-step facts for `info` (e.g. whether a read document was gold)."""
+        return {}
+
+    # -- gymnasium API --------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        task = (options or {}).get("task")
+        if task is None:
+            if not self.tasks:
+                raise ValueError("reset needs options={'task': Task} or an env built with tasks=[...]")
+            task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        if isinstance(task, dict):
+            task = Task.from_dict(task)
+        self.task = task
+        self.turn = 0
+        self.budget_left = self.harness.budget
+        self.done = False
+        self.on_reset(task)
+        system = self.harness.system_message(self.instructions, self.tools)
+        user = self.user_message(task)
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return user, {"messages": messages, "tools": self._schemas, "format": self.harness.format,
+                      "task_id": task.id, "budget": self.harness.budget}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.task is None or self.done:
+            raise RuntimeError("call reset() before step() (the episode is over or never started)")
+        self.turn += 1
+        info: dict[str, Any] = {"turn": self.turn, "tool_call": None, "error": None}
+        parsed = self._parse(action)
+        terminated = truncated = False
+        reward = 0.0
+        response: str | None = None
+        if parsed.error:
+            obs = info["error"] = parsed.error
+        else:
+            call = parsed.calls[0]
+            info["tool_call"] = call.to_dict()
+            obs, response = self._call(call, info)
+            if len(parsed.calls) > 1:
+                obs += f"\n(only one tool call per turn: ignored {len(parsed.calls) - 1} more)"
+        info.update(self.step_info())
+        if response is not None:
+            terminated = True
+        else:
+            self.budget_left -= 1
+            if self.budget_left < 0:
+                truncated = True
+            else:
+                obs = f"{obs}\n{self.harness.budget_note(self.budget_left, self._finals)}"
+        if terminated or truncated:
+            self.done = True
+            verdict = self.score(response or "")
+            reward = float(verdict.score)
+            info["verdict"] = verdict.to_dict()
+            info["response"] = response
+        obs = self.harness.clip(obs)
+        info["messages"] = [] if self.done else [{"role": "tool", "content": obs}]
+        return obs, reward, terminated, truncated, info
+
+    def score(self, response: str) -> Verdict:
+        return self.verifier(self.task, response, **self.verifier_context())
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi" and self.task is not None:
+            return f"[{type(self).__name__}] task={self.task.id} turn={self.turn} budget_left={self.budget_left}"
+        return None
+
+    # -- internals --------------------------------------------------------------------------------
+    def _parse(self, action: Any) -> ParseResult:
+        if not isinstance(action, str):
+            return ParseResult(error=f"the action must be text, got {type(action).__name__}")
+        return self.harness.parser.parse(action, self.tools)
+
+    def _call(self, call, info: dict[str, Any]) -> tuple[str, str | None]:
+        """Run one tool call. Returns (observation, response if the tool was final else None)."""
+        tool = self.tools.get(call.name)
+        if tool is None:
+            info["error"] = f"unknown tool {call.name!r}; available tools: {', '.join(self.tools)}"
+            return info["error"], None
+        args, err = tool.check_arguments(call.arguments)
+        if err:
+            info["error"] = err
+            return err, None
+        try:
+            out = tool.fn(**args)
+        except ToolError as e:
+            info["error"] = str(e)
+            return str(e), None
+        except Exception as e:  # a tool bug must not kill a rollout batch; the model sees what happened
+            info["error"] = f"tool {call.name!r} failed: {type(e).__name__}: {e}"
+            return info["error"], None
+        text = "" if out is None else str(out)
+        return (text, text) if tool.final else (text, None)

@@ -1,0 +1,91 @@
+"""DocRead (`sleuth/DocRead-v0`): the CIGPO setting. The agent sees a question and the titles of its
+candidate paragraphs (10 for HotpotQA distractor, 20 for MuSiQue), reads up to `max_reads` of them, and
+answers. `info` records every read: its turn, the document, whether it is gold, whether it is a re-read."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sleuth.envs.base import ToolEnv
+from sleuth.envs.harness import Harness
+from sleuth.envs.tools import ToolError, tool
+from sleuth.tasks.base import Task
+from sleuth.verifiers.base import Verifier
+from sleuth.verifiers.qa import QAVerifier
+
+
+class DocReadEnv(ToolEnv):
+    instructions = (
+        "Answer the question. You see the titles of some documents; read the ones you need (each read "
+        "shows you one document), then answer with a short phrase only: a name, a date, a number, or yes/no."
+    )
+    budget_unit = "reads"
+    default_budget = 3
+
+    def __init__(
+        self,
+        tasks: Sequence[Task] | None = None,
+        harness: Harness | str = "json",
+        max_reads: int | None = None,
+        metric: str = "f1",
+        verifier: Verifier | None = None,
+        render_mode: str | None = None,
+    ):
+        super().__init__(tasks, verifier or QAVerifier(metric), harness, max_reads, render_mode)
+
+    def on_reset(self, task: Task) -> None:
+        if not task.payload.get("docs"):
+            raise ValueError(f"task {task.id} has no payload['docs'] to read")
+        self.docs = task.payload["docs"]
+        self.gold = set(task.payload.get("supporting", []))
+        self.reads: list[dict[str, Any]] = []
+        self._last_read: dict[str, Any] | None = None
+
+    def user_message(self, task: Task) -> str:
+        titles = "\n".join(f"[{i}] {d['title']}" for i, d in enumerate(self.docs))
+        return f"Question: {task.question}\n\nDocuments:\n{titles}"
+
+    @tool
+    def read(self, doc: int | str) -> str:
+        """Read one document and add its text to the conversation.
+
+        Args:
+            doc: the document's number in the list (or its exact title)
+        """
+        index = self._resolve(doc)
+        title = self.docs[index]["title"]
+        record = {"turn": self.turn, "doc": index, "title": title, "gold": title in self.gold,
+                  "reread": any(r["doc"] == index for r in self.reads)}
+        self.reads.append(record)
+        self._last_read = record
+        return f"[{index}] {title}\n{self.docs[index]['text']}"
+
+    @tool(final=True)
+    def answer(self, text: str) -> str:
+        """Give the final answer (a short phrase) and end the episode.
+
+        Args:
+            text: the answer
+        """
+        return text.strip()
+
+    def _resolve(self, doc: int | str) -> int:
+        if isinstance(doc, int):
+            if 0 <= doc < len(self.docs):
+                return doc
+            raise ToolError(f"no document [{doc}]: choose a number from 0 to {len(self.docs) - 1}")
+        wanted = doc.strip().strip("[]\"'.").strip().lower()
+        if wanted.isdigit():
+            return self._resolve(int(wanted))
+        for i, d in enumerate(self.docs):
+            if d["title"].lower() == wanted:
+                return i
+        raise ToolError(f"no document titled {doc!r}: give its number from 0 to {len(self.docs) - 1}")
+
+    def step_info(self) -> dict[str, Any]:
+        read, self._last_read = self._last_read, None
+        return {"read": read} if read else {}
+
+    def verifier_context(self) -> dict[str, Any]:
+        return {"evidence": [r["title"] for r in self.reads]}

@@ -1,0 +1,181 @@
+"""Tool-call parsers: turn the policy's action text into tool calls, and render calls back into text
+(for prompts and scripted policies). A parser never raises on any input: what it cannot read comes
+back as `ParseResult.error`, which the env shows to the model."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sleuth.envs.tools import Tool
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "arguments": self.arguments}
+
+
+@dataclass
+class ParseResult:
+    calls: list[ToolCall] = field(default_factory=list)
+    error: str | None = None
+
+
+class ToolCallParser(Protocol):
+    name: str
+
+    def parse(self, text: str, tools: Mapping[str, Tool]) -> ParseResult: ...
+
+    def render(self, call: ToolCall) -> str: ...
+
+    def instructions(self, tools: Mapping[str, Tool]) -> str: ...
+
+
+_TAG = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
+
+
+def _call_from_obj(obj: Any) -> tuple[ToolCall | None, str | None]:
+    """Accept `{"name", "arguments"}` (Hermes / Qwen), `{"type": "function", "function": {...}}` (OpenAI),
+    with `arguments` either an object or a JSON string."""
+    if not isinstance(obj, dict):
+        return None, f"a tool call must be a JSON object, got {type(obj).__name__}"
+    if isinstance(obj.get("function"), dict):
+        obj = obj["function"]
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return None, 'a tool call needs a "name" string'
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as e:
+            return None, f"the arguments of {name!r} are not valid JSON: {e.msg}"
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        return None, f'"arguments" of {name!r} must be a JSON object'
+    return ToolCall(name, args), None
+
+
+def _calls_from_json(blob: str) -> ParseResult:
+    try:
+        obj = json.loads(blob)
+    except (json.JSONDecodeError, RecursionError) as e:
+        msg = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
+        return ParseResult(error=f"tool call is not valid JSON ({msg})")
+    items = obj.get("tool_calls") if isinstance(obj, dict) and "tool_calls" in obj else obj
+    items = items if isinstance(items, list) else [items]
+    calls = []
+    for item in items:
+        call, err = _call_from_obj(item)
+        if err:
+            return ParseResult(error=err)
+        calls.append(call)
+    return ParseResult(calls=calls)
+
+
+class JSONParser:
+    """Hermes / Qwen `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks; failing those, an
+    OpenAI-style JSON function call (bare, or in a ```json fence). A missing closing tag is tolerated
+    because generation often stops at the end-of-turn token right after the JSON."""
+
+    name = "json"
+
+    def parse(self, text: str, tools: Mapping[str, Tool]) -> ParseResult:
+        blocks = _TAG.findall(text)
+        if blocks:
+            calls: list[ToolCall] = []
+            for block in blocks:
+                res = _calls_from_json(block.strip())
+                if res.error:
+                    return res
+                calls.extend(res.calls)
+            return ParseResult(calls=calls)
+        fenced = _FENCE.search(text)
+        candidate = (fenced.group(1) if fenced else text).strip()
+        if candidate.startswith(("{", "[")):
+            return _calls_from_json(candidate)
+        return ParseResult(error="no tool call found: reply with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>")
+
+    def render(self, call: ToolCall) -> str:
+        return "<tool_call>\n" + json.dumps(call.to_dict(), ensure_ascii=False) + "\n</tool_call>"
+
+    def instructions(self, tools: Mapping[str, Tool]) -> str:
+        schemas = "\n".join(json.dumps(t.schema(), ensure_ascii=False) for t in tools.values())
+        example = next(iter(tools.values()))
+        args = {k: f"<{k}>" for k in example.parameters.get("properties", {})}
+        return (
+            "You can call these tools:\n<tools>\n" + schemas + "\n</tools>\n"
+            "Call exactly one tool per reply, in this format:\n" + self.render(ToolCall(example.name, args))
+        )
+
+
+class TextParser:
+    """Plain-text commands for small models that follow JSON poorly (FINDINGS.md): `read 3`,
+    `answer: Denise Levertov`. Deliberately lenient, because a 135M model rarely starts its reply with the
+    command: the earliest mention of a tool name that carries an argument counts, with light filler
+    allowed ("The answer is: X", "answer to the question is X"); an empty rest of line takes the next
+    non-empty line. Tools with several arguments take a JSON object: `name {...}`."""
+
+    name = "text"
+    _FILLER = r"(?:\s+(?:is|was|would be|to [^:\n]{0,60}? is))?"
+
+    def parse(self, text: str, tools: Mapping[str, Tool]) -> ParseResult:
+        names = "|".join(re.escape(n) for n in sorted(tools, key=len, reverse=True))
+        pattern = re.compile(rf"\b({names})\b{self._FILLER}\s*[:=(]?[ \t]*(.*)", re.I)
+        lowered = {n.lower(): n for n in tools}
+        for m in pattern.finditer(text):
+            tool = tools[lowered[m.group(1).lower()]]
+            rest = m.group(2).strip()
+            if not rest:
+                after = text[m.end():].strip()
+                rest = after.splitlines()[0].strip() if after else ""
+            rest = rest.rstrip(")").strip().strip("`").strip()
+            required = tool.parameters.get("required", [])
+            if rest.startswith("{"):
+                return _calls_from_json(json.dumps({"name": tool.name, "arguments": rest}))
+            if len(required) > 1:
+                return ParseResult(error=f"{tool.name} takes several arguments: write {tool.name} {{JSON object}}")
+            if not required:
+                return ParseResult(calls=[ToolCall(tool.name, {})])
+            if rest:
+                return ParseResult(calls=[ToolCall(tool.name, {required[0]: _strip_quotes(rest)})])
+        examples = "; ".join(self.render(ToolCall(t.name, {p: "..." for p in t.parameters.get("required", [])}))
+                             for t in tools.values())
+        return ParseResult(error=f"no command found: reply with one command, e.g. {examples}")
+
+    def render(self, call: ToolCall) -> str:
+        values = list(call.arguments.values())
+        if len(values) == 1:
+            return f"{call.name} {values[0]}"
+        return f"{call.name} {json.dumps(call.arguments, ensure_ascii=False)}" if values else call.name
+
+    def instructions(self, tools: Mapping[str, Tool]) -> str:
+        lines = []
+        for t in tools.values():
+            args = " ".join(f"<{p}>" for p in t.parameters.get("properties", {}))
+            lines.append(f"{t.name} {args}".rstrip() + f"  ({t.description})")
+        return "Reply with exactly one command:\n" + "\n".join(lines)
+
+
+def _strip_quotes(s: str) -> str:
+    return s[1:-1] if len(s) >= 2 and s[0] == s[-1] and s[0] in "\"'" else s
+
+
+PARSERS: dict[str, type] = {"json": JSONParser, "text": TextParser}
+
+
+def get_parser(name: str | ToolCallParser) -> ToolCallParser:
+    if not isinstance(name, str):
+        return name
+    if name not in PARSERS:
+        raise ValueError(f"unknown tool-call format {name!r}; known: {', '.join(PARSERS)}")
+    return PARSERS[name]()

@@ -1,0 +1,72 @@
+"""`Task`: one unit of data an environment is reset with. Pure data; runs nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Task:
+    """A question (or problem) with its gold answer and whatever the env needs to build the episode.
+
+    `payload` holds data-set specific material (documents, tests, repository state); `answer` is the
+    canonical gold answer and `aliases` any other accepted answers.
+    """
+
+    id: str
+    question: str
+    answer: str = ""
+    aliases: list[str] = field(default_factory=list)
+    payload: dict[str, Any] = field(default_factory=dict)
+    split: str = ""
+    source: str = ""
+
+    @property
+    def answers(self) -> list[str]:
+        """Every accepted answer, the canonical one first."""
+        return [self.answer, *[a for a in self.aliases if a != self.answer]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Task:
+        known = {k: d[k] for k in ("id", "question", "answer", "aliases", "payload", "split", "source") if k in d}
+        return cls(**known)
+
+
+def write_tasks(tasks: Iterable[Task], path: str | Path) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for t in tasks:
+            f.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
+
+
+def read_tasks(path: str | Path) -> Iterator[Task]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                yield Task.from_dict(json.loads(line))
+
+
+def tasks_to_dataset(tasks: Iterable[Task]):
+    """A `datasets.Dataset` with one row per task; `payload` is stored as a JSON string so that
+    heterogeneous payloads never fight Arrow's schema inference."""
+    import datasets
+
+    rows = [{**t.to_dict(), "payload": json.dumps(t.payload, ensure_ascii=False)} for t in tasks]
+    return datasets.Dataset.from_list(rows)
+
+
+def dataset_to_tasks(ds) -> list[Task]:
+    """Inverse of `tasks_to_dataset`."""
+    out = []
+    for row in ds:
+        payload = row.get("payload") or {}
+        if isinstance(payload, str):
+            payload = json.loads(payload)
+        out.append(Task.from_dict({**row, "payload": payload}))
+    return out

@@ -1,0 +1,67 @@
+"""Loaders for the multi-hop QA data sets (HotpotQA distractor, MuSiQue) into `Task`s.
+
+Every record becomes a task whose payload lists its candidate documents (`docs`: title + text) and
+the titles of the gold supporting documents (`supporting`). Files are read through `datasets`, so a
+local JSONL path works offline; a hub name is passed through to `load_dataset` where a hub is reachable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sleuth.tasks.base import Task
+
+
+def _load_records(path_or_name: str | Path, split: str | None = None) -> list[dict[str, Any]]:
+    import datasets
+
+    datasets.disable_progress_bars()
+    p = Path(path_or_name)
+    if p.exists():
+        files = sorted(str(f) for f in p.glob("*.jsonl")) if p.is_dir() else [str(p)]
+        if not files:
+            raise FileNotFoundError(f"no .jsonl files in {p}")
+        ds = datasets.load_dataset("json", data_files=files, split="train")
+    else:
+        ds = datasets.load_dataset(str(path_or_name), split=split or "validation")
+    return list(ds)
+
+
+def hotpotqa_task(rec: dict[str, Any], split: str = "") -> Task:
+    """One HotpotQA record (Hugging Face `hotpot_qa/distractor` layout) as a Task."""
+    ctx = rec["context"]
+    docs = [{"title": t, "text": "".join(s).strip()} for t, s in zip(ctx["title"], ctx["sentences"], strict=True)]
+    supporting = list(dict.fromkeys(rec["supporting_facts"]["title"]))
+    return Task(
+        id=str(rec["id"]),
+        question=rec["question"],
+        answer=rec["answer"],
+        payload={"docs": docs, "supporting": supporting, "type": rec.get("type"), "level": rec.get("level")},
+        split=split,
+        source="hotpotqa",
+    )
+
+
+def musique_task(rec: dict[str, Any], split: str = "") -> Task:
+    """One MuSiQue-Ans record as a Task (answer aliases kept as accepted answers)."""
+    paras = sorted(rec["paragraphs"], key=lambda p: p["idx"])
+    docs = [{"title": p["title"], "text": p["paragraph_text"].strip()} for p in paras]
+    supporting = [p["title"] for p in paras if p["is_supporting"]]
+    return Task(
+        id=str(rec["id"]),
+        question=rec["question"],
+        answer=rec["answer"],
+        aliases=list(rec.get("answer_aliases") or []),
+        payload={"docs": docs, "supporting": supporting, "answerable": rec.get("answerable", True)},
+        split=split,
+        source="musique",
+    )
+
+
+def load_hotpotqa(path: str | Path, split: str = "") -> list[Task]:
+    return [hotpotqa_task(r, split) for r in _load_records(path, split)]
+
+
+def load_musique(path: str | Path, split: str = "") -> list[Task]:
+    return [musique_task(r, split) for r in _load_records(path, split)]

@@ -1,0 +1,70 @@
+"""Named task sources: `load_tasks("hotpotqa:test")` or `load_tasks("hotpotqa:/my/file.jsonl")`.
+
+`NAME:SPLIT` looks for `<data dir>/<folder>/<split>.jsonl`, where the data directory is `$SLEUTH_DATA`
+or the first `shared/data` found beside or above the working directory. `NAME:PATH` reads a file in
+the same layout as the shared data, so users evaluate on their own files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from sleuth.tasks.base import Task, read_tasks
+from sleuth.tasks.qa import load_hotpotqa, load_musique
+
+Loader = Callable[[Path, str], list[Task]]
+
+# name -> (loader, folder under the data dir, default split)
+_SOURCES: dict[str, tuple[Loader, str, str]] = {
+    "hotpotqa": (load_hotpotqa, "hotpotqa", "test"),
+    "musique": (load_musique, "musique", "dev"),
+}
+
+
+def register_tasks(name: str, loader: Loader, folder: str | None = None, default_split: str = "test") -> None:
+    """Add a task source; `loader(path, split)` returns Tasks."""
+    _SOURCES[name] = (loader, folder or name, default_split)
+
+
+def task_sources() -> list[str]:
+    return sorted(_SOURCES)
+
+
+def data_dir() -> Path:
+    """`$SLEUTH_DATA`, else the nearest `shared/data` (or `../shared/data`) from the working directory."""
+    env = os.environ.get("SLEUTH_DATA")
+    if env:
+        return Path(env)
+    here = Path.cwd().resolve()
+    for base in [here, *here.parents]:
+        for cand in (base / "shared" / "data", base.parent / "shared" / "data"):
+            if cand.is_dir():
+                return cand
+    raise FileNotFoundError("no data directory found: set SLEUTH_DATA or pass NAME:PATH to a JSONL file")
+
+
+def load_tasks(spec: str, limit: int | None = None) -> list[Task]:
+    """Load tasks from `NAME`, `NAME:SPLIT`, `NAME:PATH`, or a plain path to a Task JSONL file."""
+    if ":" not in spec and Path(spec).is_file():
+        tasks = list(read_tasks(spec))
+        return tasks[:limit] if limit is not None else tasks
+    name, _, rest = spec.partition(":")
+    if name not in _SOURCES:
+        raise ValueError(f"unknown task source {name!r}; known: {', '.join(task_sources())} (or a path to a Task JSONL)")
+    loader, folder, default_split = _SOURCES[name]
+    rest = rest or default_split
+    path = Path(rest)
+    if path.suffix in (".jsonl", ".json") or path.is_file() or path.is_dir():
+        if not path.exists():
+            raise FileNotFoundError(f"task file not found: {path}")
+        split = path.stem
+    else:
+        split = rest
+        path = data_dir() / folder / f"{split}.jsonl"
+        if not path.exists():
+            avail = sorted(p.stem for p in path.parent.glob("*.jsonl")) if path.parent.is_dir() else []
+            raise FileNotFoundError(f"no split {split!r} for {name} at {path}; available: {avail}")
+    tasks = loader(path, split)
+    return tasks[:limit] if limit is not None else tasks

@@ -1,0 +1,1 @@
+"""Training: losses, the trainer loop and the DeepSpeed ZeRO engine: see the training issue."""

@@ -1,0 +1,28 @@
+"""`Verdict` and the `Verifier` contract: pure, deterministic scoring that needs neither envs nor torch."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass
+class Verdict:
+    """The outcome of scoring one response: `score` is the reward, `details` says why."""
+
+    score: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        return cls(score=float(d["score"]), details=dict(d.get("details") or {}))
+
+
+class Verifier(Protocol):
+    """`verifier(task, response, **context) -> Verdict`. `task` is a `sleuth.tasks.Task`; extra
+    keyword context (e.g. `evidence`) is optional and named by the verifier that wants it."""
+
+    def __call__(self, task: Any, response: str, **context: Any) -> Verdict: ...
