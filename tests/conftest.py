@@ -1,0 +1,42 @@
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _data() -> Path:
+    for cand in (REPO.parent / "shared" / "data", REPO / "shared" / "data"):
+        if cand.is_dir():
+            return cand
+    raise RuntimeError("tests need ../shared/data")
+
+
+os.environ.setdefault("SLEUTH_DATA", str(_data()))
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    return Path(os.environ["SLEUTH_DATA"])
+
+
+@pytest.fixture(scope="session")
+def hotpot_tasks():
+    from sleuth.tasks import load_tasks
+
+    return load_tasks("hotpotqa:test", limit=20)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from sleuth.agents.policies import load_tokenizer
+
+    return load_tokenizer("smollm2")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    from sleuth.agents.hf import TransformersPolicy
+
+    return TransformersPolicy("smollm2")

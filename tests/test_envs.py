@@ -1,0 +1,153 @@
+import gymnasium
+import pytest
+import sleuth
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sleuth.envs import DocReadEnv, ToolEnv, tool
+from sleuth.tasks import Task
+
+
+def call(name, **args):
+    import json
+
+    return f'<tool_call>{json.dumps({"name": name, "arguments": args})}</tool_call>'
+
+
+@pytest.fixture
+def env(hotpot_tasks):
+    e = sleuth.make("DocRead-v0", harness="json", max_reads=3)
+    e.reset(options={"task": hotpot_tasks[0]})
+    return e
+
+
+def test_both_registries_build_the_same_env(hotpot_tasks):
+    a = gymnasium.make("sleuth/DocRead-v0", max_reads=2)
+    b = sleuth.make("DocRead-v0", max_reads=2)
+    assert type(a.unwrapped) is type(b.unwrapped) is DocReadEnv
+    assert "sleuth/DocRead-v0" in sleuth.registered()
+    with pytest.raises(gymnasium.error.NameNotFound, match="registered"):
+        sleuth.make("Nope-v9")
+
+
+def test_reset_info_carries_messages_and_tool_schemas(hotpot_tasks):
+    env = sleuth.make("DocRead-v0")
+    obs, info = env.reset(options={"task": hotpot_tasks[0]})
+    assert obs.startswith("Question: Between Harvey Pekar") and "[7] Harvey Pekar" in obs
+    assert [m["role"] for m in info["messages"]] == ["system", "user"]
+    assert {s["function"]["name"] for s in info["tools"]} == {"read", "answer"}
+    assert info["format"] == "json" and info["budget"] == 3
+    assert env.observation_space.contains(obs)
+
+
+def test_reads_are_recorded_with_gold_and_reread(env):
+    obs, r, term, trunc, info = env.step(call("read", doc=7))
+    assert obs.startswith("[7] Harvey Pekar\nHarvey Lawrence Pekar") and "(2 reads left)" in obs
+    assert info["read"] == {"turn": 1, "doc": 7, "title": "Harvey Pekar", "gold": True, "reread": False}
+    assert info["messages"] == [{"role": "tool", "content": obs}]
+    _, _, _, _, info = env.step(call("read", doc="Harvey Pekar"))  # by title, a re-read
+    assert info["read"]["reread"] and info["read"]["doc"] == 7
+    _, _, _, _, info = env.step(call("read", doc=0))
+    assert info["read"]["gold"] is False
+
+
+def test_answer_scores_f1_and_support_recall(env):
+    env.step(call("read", doc=4))
+    obs, reward, term, trunc, info = env.step(call("answer", text="Levertov"))
+    assert term and not trunc and reward == pytest.approx(2 / 3)
+    assert info["verdict"]["details"] == {"em": 0.0, "f1": pytest.approx(2 / 3), "prediction": "Levertov", "support_recall": 0.5}
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(call("answer", text="x"))
+
+
+@pytest.mark.parametrize(
+    "action, message",
+    [
+        (call("read", doc=99), "no document [99]: choose a number from 0 to 9"),
+        (call("read", doc=[1]), "argument 'doc' of tool 'read' must be"),
+        (call("read"), "missing argument(s) ['doc']"),
+        (call("read", doc=1, page=2), "unknown argument(s) ['page']"),
+        (call("search", query="x"), "unknown tool 'search'; available tools: read, answer"),
+        ("<tool_call>{oops</tool_call>", "not valid JSON"),
+        ("just text", "no tool call found"),
+        (call("read", doc="No Such Title"), "no document titled 'No Such Title'"),
+    ],
+)
+def test_malformed_actions_are_observations_not_exceptions(env, action, message):
+    obs, reward, term, trunc, info = env.step(action)
+    assert message in obs and message in info["error"]
+    assert (reward, term, trunc) == (0.0, False, False) and "(2 reads left)" in obs
+
+
+def test_errors_use_the_budget_then_one_last_turn_then_truncation(env):
+    for left in (2, 1, 0):
+        obs, *_ = env.step("no call")
+        assert f"({left} reads left)" in obs or left == 0
+    assert "no reads left: call answer now" in obs
+    obs, reward, term, trunc, info = env.step(call("read", doc=1))
+    assert trunc and not term and reward == 0.0 and info["verdict"]["score"] == 0.0
+    assert info["messages"] == []
+
+
+def test_non_string_action_is_reported(env):
+    obs, *_ , info = env.step(42)
+    assert "must be text" in info["error"]
+
+
+def test_reset_samples_from_tasks_and_rejects_missing(hotpot_tasks):
+    env = DocReadEnv(tasks=hotpot_tasks[:5])
+    _, info = env.reset(seed=3)
+    assert info["task_id"] in {t.id for t in hotpot_tasks[:5]}
+    with pytest.raises(ValueError, match="options"):
+        DocReadEnv().reset()
+    with pytest.raises(ValueError, match="no payload"):
+        DocReadEnv().reset(options={"task": Task(id="x", question="q")})
+
+
+def test_env_without_final_tool_or_verifier_is_rejected():
+    class NoFinal(ToolEnv):
+        @tool
+        def ping(self) -> str:
+            """Ping."""
+            return "pong"
+
+    with pytest.raises(TypeError, match="final"):
+        NoFinal(verifier=lambda t, r: None)
+
+    class NoVerifier(ToolEnv):
+        @tool(final=True)
+        def done(self) -> str:
+            """Done."""
+            return ""
+
+    with pytest.raises(TypeError, match="verifier"):
+        NoVerifier()
+
+
+def test_a_crashing_tool_becomes_an_observation():
+    class Buggy(ToolEnv):
+        @tool
+        def boom(self) -> str:
+            """Fails."""
+            return str(1 / 0)
+
+        @tool(final=True)
+        def done(self) -> str:
+            """Done."""
+            return ""
+
+    env = Buggy(verifier=lambda t, r: sleuth.Verdict(0.0))
+    env.reset(options={"task": Task(id="x", question="q")})
+    obs, *_, info = env.step(call("boom"))
+    assert "tool 'boom' failed: ZeroDivisionError" in info["error"]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.text(max_size=200), min_size=1, max_size=6), st.sampled_from(["json", "text"]))
+def test_env_step_never_raises_on_arbitrary_text(hotpot_tasks, actions, harness):
+    env = DocReadEnv(harness=harness, max_reads=3)
+    env.reset(options={"task": hotpot_tasks[1]})
+    for a in actions:
+        obs, reward, term, trunc, info = env.step(a)
+        assert isinstance(obs, str) and 0.0 <= reward <= 1.0
+        if term or trunc:
+            break

@@ -1,0 +1,71 @@
+import json
+
+import pytest
+from sleuth.agents.evaluate import load_trajectories
+from sleuth.cli import main
+
+
+def run_eval(out, *extra):
+    return main(["eval", "--env", "sleuth/DocRead-v0", "--tasks", "hotpotqa:test", "--out", str(out), *extra])
+
+
+def test_oracle_scores_em_one_and_writes_a_report(tmp_path):
+    assert run_eval(tmp_path, "--policy", "oracle", "--limit", "12") == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["n"] == 12 and summary["em"] == 1.0 and summary["f1"] == 1.0
+    assert summary["support_recall"] == 1.0 and summary["mean_reads"] == 2.0 and summary["tool_call_error_rate"] == 0.0
+    assert len(load_trajectories(tmp_path / "trajectories.jsonl")) == 12
+    assert "| oracle |" in (tmp_path / "report.md").read_text()
+    assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_interrupted_run_resumes_without_duplicates(tmp_path):
+    assert run_eval(tmp_path, "--policy", "random", "--limit", "6") == 0
+    path = tmp_path / "trajectories.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:3]) + "\n" + lines[3][:50])  # as if killed while writing the 4th
+    assert run_eval(tmp_path, "--policy", "random", "--limit", "6") == 0
+    trajs = load_trajectories(path)
+    assert sorted(t.task_id for t in trajs) == sorted(json.loads(x)["task_id"] for x in lines)
+    assert json.loads((tmp_path / "summary.json").read_text())["n"] == 6
+
+
+def test_several_policies_and_harnesses_give_a_comparison(tmp_path, capsys):
+    assert run_eval(tmp_path, "--policy", "oracle,first-k", "--harness", "json,text", "--limit", "4") == 0
+    assert {p.name for p in tmp_path.iterdir() if p.is_dir()} == {"oracle-json", "oracle-text", "first-k-json", "first-k-text"}
+    table = (tmp_path / "comparison.md").read_text()
+    assert "| oracle-text | 4 | 1.000 |" in table
+    assert "held-out evaluation" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--tasks", "nope:test"], "unknown task source"),
+        (["--tasks", "hotpotqa:missing_split"], "no split"),
+        (["--env", "sleuth/Nope-v0"], "cannot build env"),
+        (["--env-arg", "max_reads=-1"], "budget must be >= 0"),
+        (["--env-arg", "colour=blue"], "colour"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(tmp_path, capsys, args, message):
+    argv = ["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--out", str(tmp_path), *args]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "trajectories.jsonl").exists()
+
+
+def test_envs_command_lists_docread(capsys):
+    assert main(["envs"]) == 0
+    assert "sleuth/DocRead-v0" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_real_model_eval_writes_a_non_empty_report(tmp_path):
+    assert run_eval(tmp_path, "--policy", "smollm2", "--harness", "text", "--limit", "2", "--max-tokens", "24") == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["n"] == 2 and summary["policy_tokens"] > 0 and summary["wall_time_s"] > 0
+    trajs = load_trajectories(tmp_path / "trajectories.jsonl")
+    assert all(t.turns and t.turns[0].action_text for t in trajs)
+    report = (tmp_path / "report.md").read_text()
+    assert "## First episodes" in report and "smollm2" in report
