@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.sleuth-installed
 LIMIT ?= 24
 
-.PHONY: setup run test lint clean
+.PHONY: setup run test bench lint clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ run: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# Benchmarks print ratios against the alternative a user would pick, measured side by side.
+bench: setup
+	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) bench/env_step.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -77,6 +77,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _print_table(summaries: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
+
     from sleuth.agents.report import COLUMNS
 
     table = Table(title="held-out evaluation")

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium
+from tqdm import tqdm
+
 from sleuth.agents.loop import run_episodes
 from sleuth.agents.policy import Policy, SamplingParams
 from sleuth.agents.trajectory import Trajectory
 from sleuth.tasks.base import Task
-from tqdm import tqdm
 
 
 def load_trajectories(path: Path) -> list[Trajectory]:

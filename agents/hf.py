@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from sleuth.agents.models import resolve_model
 from sleuth.agents.policy import Generation, Request, SamplingParams
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium
+
 from sleuth.agents.chat import ChatRenderer
 from sleuth.agents.policy import Policy, Request, SamplingParams
 from sleuth.agents.trajectory import Trajectory, Turn
@@ -73,19 +74,25 @@ def run_episodes(
                         reward=float(reward), info=info, policy_version=policy.version, finish_reason=gen.finish_reason)
             ep.traj.turns.append(turn)
             ep.traj.reward += float(reward)
-            if not (terminated or truncated):
-                turn.observation = "\n".join(m["content"] for m in new_messages)
-                turn.observation_ids = renderer.observation_ids(new_messages, gen.ids)
-                ep.context += gen.ids + turn.observation_ids
-                ep.messages += [{"role": "assistant", "content": gen.text}, *new_messages]
-                if len(ep.context) + sampling.max_tokens <= limit:
-                    still.append(ep)
-                    continue
-                truncated, ep.traj.stop_reason = True, "context_limit"
-            ep.traj.terminated, ep.traj.truncated = terminated, truncated
-            ep.traj.stop_reason = ep.traj.stop_reason or ("final" if terminated else "budget")
-            ep.traj.verdict = info.get("verdict")
-            ep.traj.meta["wall_s"] = round(time.perf_counter() - ep.started, 3)
-            idle.append(ep.env)
-            yield ep.traj
+            if terminated or truncated:
+                yield _finish(ep, terminated, truncated, info, idle)
+                continue
+            turn.observation = "\n".join(m["content"] for m in new_messages)
+            turn.observation_ids = renderer.observation_ids(new_messages, gen.ids)
+            ep.messages += [{"role": "assistant", "content": gen.text}, *new_messages]
+            ep.context += gen.ids + turn.observation_ids
+            if len(ep.context) + sampling.max_tokens <= limit:
+                still.append(ep)
+            else:
+                ep.traj.stop_reason = "context_limit"
+                yield _finish(ep, False, True, {}, idle)
         live = still
+
+
+def _finish(ep: _Episode, terminated: bool, truncated: bool, info: dict[str, Any], idle: list) -> Trajectory:
+    ep.traj.terminated, ep.traj.truncated = terminated, truncated
+    ep.traj.stop_reason = ep.traj.stop_reason or ("final" if terminated else "budget")
+    ep.traj.verdict = info.get("verdict")
+    ep.traj.meta["wall_s"] = round(time.perf_counter() - ep.started, 3)
+    idle.append(ep.env)
+    return ep.traj

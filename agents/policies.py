@@ -10,8 +10,9 @@ SCRIPTED = ("random", "first-k", "oracle")
 
 
 def load_tokenizer(model: str = "smollm2") -> Any:
-    from sleuth.agents.models import resolve_model
     from transformers import AutoTokenizer
+
+    from sleuth.agents.models import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model(model))
 

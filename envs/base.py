@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import gymnasium
 from gymnasium import spaces
+
 from sleuth.envs.harness import Harness
 from sleuth.envs.parsers import ParseResult
 from sleuth.envs.tools import Tool, ToolError, make_tool
@@ -55,6 +56,7 @@ class ToolEnv(gymnasium.Env):
             raise TypeError(f"{type(self).__name__} needs at least one @tool(final=True) tool to end an episode")
         self._finals = [t.name for t in self.tools.values() if t.final]
         self._schemas = [t.schema() for t in self.tools.values()]
+        self._system = self.harness.system_message(self.instructions, self.tools)
         self.task: Task | None = None
 
     @classmethod
@@ -101,9 +103,8 @@ class ToolEnv(gymnasium.Env):
         self.budget_left = self.harness.budget
         self.done = False
         self.on_reset(task)
-        system = self.harness.system_message(self.instructions, self.tools)
         user = self.user_message(task)
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        messages = [{"role": "system", "content": self._system}, {"role": "user", "content": user}]
         return user, {"messages": messages, "tools": self._schemas, "format": self.harness.format,
                       "task_id": task.id, "budget": self.harness.budget}
 

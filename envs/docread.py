@@ -40,6 +40,7 @@ class DocReadEnv(ToolEnv):
         self.docs = task.payload["docs"]
         self.gold = set(task.payload.get("supporting", []))
         self.reads: list[dict[str, Any]] = []
+        self._read_docs: set[int] = set()
         self._last_read: dict[str, Any] | None = None
 
     def user_message(self, task: Task) -> str:
@@ -56,8 +57,9 @@ class DocReadEnv(ToolEnv):
         index = self._resolve(doc)
         title = self.docs[index]["title"]
         record = {"turn": self.turn, "doc": index, "title": title, "gold": title in self.gold,
-                  "reread": any(r["doc"] == index for r in self.reads)}
+                  "reread": index in self._read_docs}
         self.reads.append(record)
+        self._read_docs.add(index)
         self._last_read = record
         return f"[{index}] {title}\n{self.docs[index]['text']}"
 

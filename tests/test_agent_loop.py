@@ -1,6 +1,7 @@
 """Token-in/token-out and the agent loop, with the real SmolLM2 tokenizer and chat template."""
 
 import pytest
+
 import sleuth
 from sleuth.agents.chat import ChatRenderer
 from sleuth.agents.loop import run_episodes

@@ -1,8 +1,9 @@
 import gymnasium
 import pytest
-import sleuth
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+import sleuth
 from sleuth.envs import DocReadEnv, ToolEnv, tool
 from sleuth.tasks import Task
 

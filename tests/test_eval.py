@@ -1,6 +1,7 @@
 import json
 
 import pytest
+
 from sleuth.agents.evaluate import load_trajectories
 from sleuth.cli import main
 

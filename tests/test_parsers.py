@@ -2,6 +2,7 @@ import json
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from sleuth.envs import DocReadEnv, JSONParser, TextParser, ToolCall
 
 TOOLS = DocReadEnv(tasks=None).tools

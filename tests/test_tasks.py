@@ -1,6 +1,7 @@
 import json
 
 import pytest
+
 from sleuth.tasks import Task, dataset_to_tasks, load_tasks, read_tasks, tasks_to_dataset, write_tasks
 
 

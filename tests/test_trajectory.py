@@ -1,4 +1,5 @@
 import pytest
+
 from sleuth.agents.trajectory import Trajectory, Turn
 
 

@@ -2,6 +2,7 @@ import subprocess
 import sys
 
 import pytest
+
 from sleuth.tasks import Task
 from sleuth.verifiers import QAVerifier, exact_match, normalize_answer, support_recall, token_f1
 
