@@ -41,13 +41,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     env_args = _kv(args.env_arg)
     try:
         tasks = load_tasks(args.tasks, limit=args.limit)
+    except (FileNotFoundError, ValueError) as e:
+        return _fail(str(e))
+    except Exception as e:  # e.g. a malformed JSONL line, reported by datasets
+        return _fail(f"cannot load tasks {args.tasks!r}: {type(e).__name__}: {e}")
+    if not tasks:
+        return _fail(f"no tasks in {args.tasks!r}")
+    try:
         sleuth.make(args.env, **env_args).close()  # fail fast on a bad env id or argument
-    except (FileNotFoundError, ValueError, TypeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     except Exception as e:
-        print(f"error: cannot build env {args.env!r}: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+        return _fail(f"cannot build env {args.env!r}: {type(e).__name__}: {e}")
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     harnesses = [h.strip() for h in args.harness.split(",") if h.strip()]
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
@@ -55,7 +58,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     multi = len(policies) * len(harnesses) > 1
     summaries = []
     for spec in policies:
-        policy = load_policy(spec, seed=args.seed)
+        try:
+            policy = load_policy(spec, seed=args.seed)
+        except Exception as e:  # a missing path, an unreachable hub id, a directory without weights
+            return _fail(f"cannot load policy {spec!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         for harness in harnesses:
             run = f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', Path(spec).name)}-{harness}"
             summary = evaluate(
@@ -72,6 +78,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(json.dumps(summaries[0], indent=2))
         print(f"report: {out / 'report.md'}")
     return 0
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
 
 
 def _print_table(summaries: list[dict[str, Any]]) -> None:

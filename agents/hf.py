@@ -27,6 +27,7 @@ class TransformersPolicy:
         eos = self.tokenizer.eos_token_id
         self.stop_ids = [eos] if isinstance(eos, int) else list(eos)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.stop_ids[0]
+        self._seeded: int | None = None
         self.max_context = int(getattr(self.model.config, "max_position_embeddings", 8192))
 
     @torch.inference_mode()
@@ -43,8 +44,9 @@ class TransformersPolicy:
         for row, p in enumerate(prompts):  # left padding keeps every prompt's last token aligned
             ids[row, width - len(p):] = torch.tensor(p)
             mask[row, width - len(p):] = 1
-        if sampling.seed is not None:
-            torch.manual_seed(sampling.seed)
+        if sampling.seed is not None and sampling.seed != self._seeded:
+            torch.manual_seed(sampling.seed)  # once per seed: re-seeding every call would repeat samples
+            self._seeded = sampling.seed
         greedy = sampling.temperature <= 0
         kwargs: dict[str, Any] = dict(
             max_new_tokens=sampling.max_tokens, do_sample=not greedy, eos_token_id=self.stop_ids,

@@ -59,9 +59,19 @@ def musique_task(rec: dict[str, Any], split: str = "") -> Task:
     )
 
 
+def _convert(path: str | Path, split: str, to_task, kind: str) -> list[Task]:
+    out = []
+    for i, rec in enumerate(_load_records(path, split)):
+        try:
+            out.append(to_task(rec, split))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"record {i} of {path} is not in the {kind} layout ({type(e).__name__}: {e})") from e
+    return out
+
+
 def load_hotpotqa(path: str | Path, split: str = "") -> list[Task]:
-    return [hotpotqa_task(r, split) for r in _load_records(path, split)]
+    return _convert(path, split, hotpotqa_task, "HotpotQA")
 
 
 def load_musique(path: str | Path, split: str = "") -> list[Task]:
-    return [musique_task(r, split) for r in _load_records(path, split)]
+    return _convert(path, split, musique_task, "MuSiQue")

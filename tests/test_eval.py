@@ -47,13 +47,19 @@ def test_several_policies_and_harnesses_give_a_comparison(tmp_path, capsys):
         (["--env", "sleuth/Nope-v0"], "cannot build env"),
         (["--env-arg", "max_reads=-1"], "budget must be >= 0"),
         (["--env-arg", "colour=blue"], "colour"),
+        (["--policy", "/nonexistent/model-dir"], "cannot load policy '/nonexistent/model-dir'"),
+        (["--tasks", "musique:{data}/hotpotqa/dev.jsonl"], "not in the MuSiQue layout"),
+        (["--tasks", "hotpotqa:{tmp}/broken.jsonl"], "cannot load tasks"),
     ],
 )
-def test_bad_input_exits_2_with_a_message(tmp_path, capsys, args, message):
-    argv = ["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--out", str(tmp_path), *args]
+def test_bad_input_exits_2_with_a_message(tmp_path, capsys, data_dir, args, message):
+    (tmp_path / "broken.jsonl").write_text('{"id": "1", "question": \n')
+    args = [a.format(data=data_dir, tmp=tmp_path) for a in args]
+    out = tmp_path / "out"
+    argv = ["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--out", str(out), *args]
     assert main(argv) == 2
     assert message in capsys.readouterr().err
-    assert not (tmp_path / "trajectories.jsonl").exists()
+    assert not (out / "trajectories.jsonl").exists()
 
 
 def test_envs_command_lists_docread(capsys):
