@@ -64,11 +64,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
             return _fail(f"cannot load policy {spec!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         for harness in harnesses:
             run = f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', Path(spec).name)}-{harness}"
-            summary = evaluate(
-                lambda h=harness: sleuth.make(args.env, harness=h, **env_args), tasks, policy,
-                out / run if multi else out, sampling, args.concurrency, args.env,
-                meta={"tasks": args.tasks, "harness": harness, "run": run}, resume=not args.no_resume,
-            )
+            try:
+                summary = evaluate(
+                    lambda h=harness: sleuth.make(args.env, harness=h, **env_args), tasks, policy,
+                    out / run if multi else out, sampling, args.concurrency, args.env,
+                    meta={"tasks": args.tasks, "harness": harness, "run": run}, resume=not args.no_resume,
+                )
+            except ValueError as e:  # e.g. a baseline that does not apply to this env
+                return _fail(f"{run}: {e} (finished episodes are kept in {out})")
             summaries.append(summary)
     if multi:
         write_comparison(out, summaries)
@@ -77,6 +80,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         print(json.dumps(summaries[0], indent=2))
         print(f"report: {out / 'report.md'}")
+    return 0
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from sleuth.verifiers.batch import score_file
+
+    if not Path(args.input).is_file():
+        return _fail(f"input file not found: {args.input}")
+    try:
+        summary = score_file(args.verifier, args.input, args.out, args.workers)
+    except ValueError as e:
+        return _fail(str(e))
+    print(json.dumps(summary, indent=2))
     return 0
 
 
@@ -89,14 +105,15 @@ def _print_table(summaries: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from sleuth.agents.report import COLUMNS
+    from sleuth.agents.report import columns
 
+    cols = columns(summaries)
     table = Table(title="held-out evaluation")
     table.add_column("run")
-    for c in COLUMNS:
+    for c in cols:
         table.add_column(c, justify="right")
     for s in summaries:
-        table.add_row(s["run"], *[f"{s[c]:.3f}" if isinstance(s[c], float) else str(s[c]) for c in COLUMNS])
+        table.add_row(s["run"], *[f"{s[c]:.3f}" if isinstance(s.get(c), float) else str(s.get(c, "")) for c in cols])
     Console(width=160).print(table)
 
 
@@ -119,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="extra env kwargs")
     e.add_argument("--no-resume", action="store_true", help="start over instead of resuming trajectories.jsonl")
     e.set_defaults(fn=cmd_eval)
+    s = sub.add_parser("score", help="score JSONL records (data-set layout + a 'response' field) with a verifier")
+    s.add_argument("--verifier", required=True, choices=["qa", "code"])
+    s.add_argument("--input", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--workers", type=int, default=2, help="records scored in parallel (code: sandbox runs)")
+    s.set_defaults(fn=cmd_score)
     return p
 
 

@@ -31,49 +31,51 @@ def load_trajectories(path: Path) -> list[Trajectory]:
 
 
 def episode_metrics(t: Trajectory) -> dict[str, float]:
-    details = (t.verdict or {}).get("details", {})
+    """Per-episode numbers: the verdict's score and every numeric detail (EM/F1/recall for QA, tests
+    passed for code, ...), plus what the turns did."""
+    verdict = t.verdict or {}
+    m = {"score": float(verdict.get("score", 0.0))}
+    for key, value in verdict.get("details", {}).items():
+        if isinstance(value, (int, float)) and key != "wall_s":
+            m[key] = float(value)
     reads = [turn.info["read"] for turn in t.turns if turn.info.get("read")]
-    return {
-        "em": float(details.get("em", 0.0)),
-        "f1": float(details.get("f1", 0.0)),
-        "support_recall": float(details.get("support_recall", 0.0)),
-        "score": float((t.verdict or {}).get("score", 0.0)),
-        "reads": float(len(reads)),
-        "gold_reads": float(sum(r["gold"] for r in reads)),
-        "rereads": float(sum(r["reread"] for r in reads)),
-        "turns": float(len(t.turns)),
-        "tool_errors": float(sum(turn.error is not None for turn in t.turns)),
-        "answered": float(t.terminated),
-        "policy_tokens": float(t.num_policy_tokens),
-        "total_tokens": float(len(t.prompt_ids) + sum(len(x.action_ids) + len(x.observation_ids) for x in t.turns)),
-    }
+    if reads:
+        m.update(reads=float(len(reads)), gold_reads=float(sum(r["gold"] for r in reads)),
+                 rereads=float(sum(r["reread"] for r in reads)))
+    m.update(
+        turns=float(len(t.turns)),
+        tool_errors=float(sum(turn.error is not None for turn in t.turns)),
+        answered=float(t.terminated),
+        policy_tokens=float(t.num_policy_tokens),
+        total_tokens=float(len(t.token_ids())),
+    )
+    return m
 
 
 def summarise(trajs: Sequence[Trajectory], wall_time_s: float, meta: dict[str, Any]) -> dict[str, Any]:
     ok = [t for t in trajs if t.error is None]
     rows = [episode_metrics(t) for t in ok]
     n = len(rows)
+    keys = list(dict.fromkeys(k for r in rows for k in r))
 
-    def mean(key: str) -> float:
-        return round(sum(r[key] for r in rows) / n, 4) if n else 0.0
+    def mean(key: str) -> float:  # an episode without the key (e.g. no reads) counts as 0
+        return round(sum(r.get(key, 0.0) for r in rows) / n, 4) if n else 0.0
 
+    summary: dict[str, Any] = {**meta, "n": n, "failed": len(trajs) - n}
+    skip = {"reads", "gold_reads", "rereads", "turns", "tool_errors", "answered", "policy_tokens", "total_tokens"}
+    summary.update({k: mean(k) for k in keys if k not in skip})
+    if any("read" in turn.info for t in ok for turn in t.turns) or meta.get("env", "").endswith("DocRead-v0"):
+        summary.update(mean_reads=mean("reads"), mean_gold_reads=mean("gold_reads"), mean_rereads=mean("rereads"))
     turns = sum(r["turns"] for r in rows)
-    return {
-        **meta,
-        "n": n,
-        "failed": len(trajs) - n,
-        "em": mean("em"),
-        "f1": mean("f1"),
-        "support_recall": mean("support_recall"),
-        "score": mean("score"),
-        "mean_reads": mean("reads"),
-        "mean_turns": mean("turns"),
-        "answered_rate": mean("answered"),
-        "tool_call_error_rate": round(sum(r["tool_errors"] for r in rows) / turns, 4) if turns else 0.0,
-        "policy_tokens": int(sum(r["policy_tokens"] for r in rows)),
-        "total_tokens": int(sum(r["total_tokens"] for r in rows)),
-        "wall_time_s": round(wall_time_s, 2),
-    }
+    summary.update(
+        mean_turns=mean("turns"),
+        answered_rate=mean("answered"),
+        tool_call_error_rate=round(sum(r["tool_errors"] for r in rows) / turns, 4) if turns else 0.0,
+        policy_tokens=int(sum(r["policy_tokens"] for r in rows)),
+        total_tokens=int(sum(r["total_tokens"] for r in rows)),
+        wall_time_s=round(wall_time_s, 2),
+    )
+    return summary
 
 
 def evaluate(

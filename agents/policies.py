@@ -21,7 +21,7 @@ def load_policy(spec: str, tokenizer_model: str = "smollm2", seed: int = 0, **kw
     """Scripted baselines render with `tokenizer_model`'s tokenizer; anything else loads a transformers model."""
     from sleuth.agents import scripted
 
-    classes = {"random": scripted.RandomReader, "first-k": scripted.FirstKReader, "oracle": scripted.OracleReader}
+    classes = {"random": scripted.RandomReader, "first-k": scripted.FirstKReader, "oracle": scripted.Oracle}
     if spec in classes:
         return classes[spec](load_tokenizer(tokenizer_model), seed=seed)
     from sleuth.agents.hf import TransformersPolicy

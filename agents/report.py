@@ -8,9 +8,20 @@ from typing import Any
 
 from sleuth.agents.trajectory import Trajectory
 
-METRICS = ("em", "f1", "support_recall", "answered_rate")
-COLUMNS = ("n", "em", "f1", "support_recall", "mean_reads", "answered_rate", "tool_call_error_rate",
-           "policy_tokens", "wall_time_s")
+_RATES = ("em", "f1", "support_recall", "all_passed", "score", "answered_rate")
+_COLUMNS = ("n", "score", "em", "f1", "support_recall", "mean_reads", "all_passed", "passed", "answered_rate",
+            "tool_call_error_rate", "policy_tokens", "wall_time_s")
+
+
+def columns(summaries: Sequence[dict[str, Any]]) -> list[str]:
+    """The table columns the runs have (QA runs show EM/F1/recall, code runs tests passed)."""
+    return [c for c in _COLUMNS if any(c in s for s in summaries)]
+
+
+def rates(summaries: Sequence[dict[str, Any]]) -> list[str]:
+    """The 0..1 metrics to plot; `score` only where it is not already EM or F1."""
+    have = [m for m in _RATES if all(m in s for s in summaries)]
+    return [m for m in have if not (m == "score" and ("f1" in have or "all_passed" in have))]
 
 
 def _plt():
@@ -23,9 +34,9 @@ def _plt():
 
 
 def _turn_outcomes(trajs: Sequence[Trajectory]) -> dict[str, list[int]]:
-    """Per turn index: how many turns read a gold doc, read a distractor, failed, or answered."""
+    """Per turn index: how many turns read a gold doc, read a distractor, ran code, failed, or answered."""
     width = max((len(t.turns) for t in trajs), default=0)
-    kinds = {k: [0] * width for k in ("gold read", "distractor read", "error", "answer")}
+    kinds = {k: [0] * width for k in ("gold read", "distractor read", "run", "error", "answer")}
     for t in trajs:
         for i, turn in enumerate(t.turns):
             read = turn.info.get("read")
@@ -33,6 +44,8 @@ def _turn_outcomes(trajs: Sequence[Trajectory]) -> dict[str, list[int]]:
                 kinds["error"][i] += 1
             elif read:
                 kinds["gold read" if read["gold"] else "distractor read"][i] += 1
+            elif turn.info.get("run"):
+                kinds["run"][i] += 1
             elif turn.tool_call:
                 kinds["answer"][i] += 1
     return kinds
@@ -54,12 +67,15 @@ def _fmt(v: Any) -> str:
 def write_report(out: Path, summary: dict[str, Any], trajs: Sequence[Trajectory]) -> None:
     plt = _plt()
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
-    a.bar(METRICS, [summary[m] for m in METRICS], color="#4c72b0")
+    metrics = rates([summary])
+    a.bar(metrics, [summary[m] for m in metrics], color="#4c72b0")
     a.set_ylim(0, 1)
     a.set_title(f"{summary['policy']} on {summary.get('tasks', '')} (n={summary['n']})")
     kinds = _turn_outcomes([t for t in trajs if t.error is None])
     bottom = [0] * len(next(iter(kinds.values()), []))
     for kind, counts in kinds.items():
+        if not any(counts):
+            continue
         b.bar([str(i + 1) for i in range(len(counts))], counts, bottom=bottom, label=kind)
         bottom = [x + y for x, y in zip(bottom, counts, strict=True)]
     b.set_xlabel("turn")
@@ -73,12 +89,11 @@ def write_report(out: Path, summary: dict[str, Any], trajs: Sequence[Trajectory]
     lines = [f"# Evaluation: {summary['policy']} on {summary.get('env', '')}", "",
              f"Tasks `{summary.get('tasks', '')}`, harness `{summary.get('harness', '')}`, "
              f"wall time {summary['wall_time_s']} s.", "",
-             _table([{**summary, "policy": summary["policy"]}], COLUMNS, "policy"), "", "![report](report.png)", "",
+             _table([{**summary, "policy": summary["policy"]}], columns([summary]), "policy"), "", "![report](report.png)", "",
              "## First episodes", ""]
     for t in [t for t in trajs if t.error is None][:3]:
-        details = (t.verdict or {}).get("details", {})
-        lines.append(f"- task `{t.task_id}` — EM {details.get('em', 0)}, F1 {details.get('f1', 0):.2f}, "
-                     f"stop: {t.stop_reason}")
+        score = (t.verdict or {}).get("score", 0.0)
+        lines.append(f"- task `{t.task_id}` — score {score:.2f}, stop: {t.stop_reason}")
         for i, turn in enumerate(t.turns):
             action = turn.action_text.strip().replace("\n", " ")[:120]
             note = f" → error: {turn.error}" if turn.error else ""
@@ -92,11 +107,12 @@ def write_report(out: Path, summary: dict[str, Any], trajs: Sequence[Trajectory]
 def write_comparison(out: Path, summaries: Sequence[dict[str, Any]]) -> str:
     """A table and a grouped bar chart over several runs; returns the Markdown table."""
     rows = [{**s, "run": s.get("run", s["policy"])} for s in summaries]
-    table = _table(rows, COLUMNS, "run")
+    table = _table(rows, columns(rows), "run")
+    metrics = rates(rows)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 3.8))
-    width = 0.8 / len(METRICS)
-    for k, metric in enumerate(METRICS):
+    width = 0.8 / len(metrics)
+    for k, metric in enumerate(metrics):
         ax.bar([i + k * width for i in range(len(rows))], [r[metric] for r in rows], width, label=metric)
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], [r["run"] for r in rows], fontsize=8)
     ax.set_ylim(0, 1.05)

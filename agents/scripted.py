@@ -1,10 +1,12 @@
-"""Scripted DocRead baselines. They act through the env's own tool-call format (so every harness is
-exercised the same way) and return canonical token ids with logprob 0.
+"""Scripted baselines. They act through the env's own tool-call format (so every harness is exercised
+the same way) and return canonical token ids with logprob 0.
 
-Answers of the non-oracle readers: they cannot read, so they answer with the title of a document they
-read (random reader: a random one of its reads; first-k: the first). HotpotQA answers are often the
-title of a paragraph (comparison questions above all), so this is the cheapest non-trivial guess; it
-makes these baselines a floor for both reading (support recall) and answering."""
+DocRead readers: they cannot read, so they answer with the title of a document they read (random
+reader: a random one of its reads; first-k: the first). HotpotQA answers are often the title of a
+paragraph (comparison questions above all), so this is the cheapest non-trivial guess; it makes these
+baselines a floor for both reading (support recall) and answering. The oracle knows the gold: on DocRead
+it reads exactly the supporting documents and answers the gold answer; on Code it submits the reference
+program. Either way it must score 1.0, which tests env, harness round-trip and verifier together."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from sleuth.agents.policy import Generation, Request, SamplingParams
 from sleuth.envs.parsers import ToolCall, get_parser
 
 
-class ScriptedReader(ABC):
+class ScriptedPolicy(ABC):
     name = "scripted"
     version = 0
 
@@ -27,18 +29,8 @@ class ScriptedReader(ABC):
         self.eos = eos if isinstance(eos, int) else eos[0]
 
     @abstractmethod
-    def plan(self, req: Request) -> list[int]:
-        """Which documents to read, in order."""
-
-    def final_answer(self, req: Request, plan: list[int]) -> str:
-        docs = req.task.payload["docs"]
-        return docs[plan[0]]["title"] if plan else ""
-
     def act(self, req: Request) -> ToolCall:
-        plan = self.plan(req)
-        if req.turn < len(plan):
-            return ToolCall("read", {"doc": plan[req.turn]})
-        return ToolCall("answer", {"text": self.final_answer(req, plan)})
+        """The tool call for this turn."""
 
     def generate(self, requests: list[Request], sampling: SamplingParams) -> list[Generation]:
         out = []
@@ -49,7 +41,26 @@ class ScriptedReader(ABC):
         return out
 
 
-class RandomReader(ScriptedReader):
+class _Reader(ScriptedPolicy):
+    """Reads the documents of `plan` in order, then answers."""
+
+    @abstractmethod
+    def plan(self, req: Request) -> list[int]:
+        """Which documents to read, in order."""
+
+    def final_answer(self, req: Request, plan: list[int]) -> str:
+        return req.task.payload["docs"][plan[0]]["title"] if plan else ""
+
+    def act(self, req: Request) -> ToolCall:
+        if "docs" not in req.task.payload:
+            raise ValueError(f"the {self.name} baseline reads documents: task {req.task.id} has none")
+        plan = self.plan(req)
+        if req.turn < len(plan):
+            return ToolCall("read", {"doc": plan[req.turn]})
+        return ToolCall("answer", {"text": self.final_answer(req, plan)})
+
+
+class RandomReader(_Reader):
     """Reads `budget` distinct documents chosen at random (seeded per task), answers a random read title."""
 
     name = "random"
@@ -64,7 +75,7 @@ class RandomReader(ScriptedReader):
         return req.task.payload["docs"][rng.choice(plan)]["title"] if plan else ""
 
 
-class FirstKReader(ScriptedReader):
+class FirstKReader(_Reader):
     """Reads the first k documents in list order (k = the read budget), answers the first title."""
 
     name = "first-k"
@@ -73,10 +84,7 @@ class FirstKReader(ScriptedReader):
         return list(range(min(len(req.task.payload["docs"]), req.env_info.get("budget", 3))))
 
 
-class OracleReader(ScriptedReader):
-    """Reads exactly the gold supporting documents, then answers the gold answer: EM must be 1.0, which
-    tests the env, the harness round-trip and the verifier together."""
-
+class Oracle(_Reader):
     name = "oracle"
 
     def plan(self, req: Request) -> list[int]:
@@ -85,3 +93,8 @@ class OracleReader(ScriptedReader):
 
     def final_answer(self, req: Request, plan: list[int]) -> str:
         return req.task.answer
+
+    def act(self, req: Request) -> ToolCall:
+        if "docs" in req.task.payload:
+            return super().act(req)
+        return ToolCall("submit", {"code": req.task.answer})  # a code task: the reference program

@@ -1,6 +1,7 @@
 """Environments: gymnasium envs composed of a harness (tools, parser, prompt, budget) and a verifier."""
 
 from sleuth.envs.base import TextSpace, ToolEnv
+from sleuth.envs.code import CodeEnv, extract_code
 from sleuth.envs.docread import DocReadEnv
 from sleuth.envs.harness import Harness
 from sleuth.envs.parsers import JSONParser, ParseResult, TextParser, ToolCall, get_parser
@@ -8,6 +9,6 @@ from sleuth.envs.registry import make, register, registered
 from sleuth.envs.tools import Tool, ToolError, make_tool, tool
 
 __all__ = [
-    "ToolEnv", "TextSpace", "DocReadEnv", "Harness", "JSONParser", "TextParser", "ToolCall", "ParseResult",
+    "ToolEnv", "TextSpace", "DocReadEnv", "CodeEnv", "extract_code", "Harness", "JSONParser", "TextParser", "ToolCall", "ParseResult",
     "get_parser", "make", "register", "registered", "Tool", "ToolError", "make_tool", "tool",
 ]

@@ -40,6 +40,7 @@ class ToolCallParser(Protocol):
 
 _TAG = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
+_FENCED_ARG = re.compile(r"\s*```[ \t]*[\w+-]*[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 
 def _call_from_obj(obj: Any) -> tuple[ToolCall | None, str | None]:
@@ -123,7 +124,8 @@ class TextParser:
     `answer: Denise Levertov`. Deliberately lenient, because a 135M model rarely starts its reply with the
     command: the earliest mention of a tool name that carries an argument counts, with light filler
     allowed ("The answer is: X", "answer to the question is X"); an empty rest of line takes the next
-    non-empty line. Tools with several arguments take a JSON object: `name {...}`."""
+    non-empty line, and a fenced block (```...```) right after the tool name is the argument, however many
+    lines it spans. Tools with several arguments take a JSON object: `name {...}`."""
 
     name = "text"
     _FILLER = r"(?:\s+(?:is|was|would be|to [^:\n]{0,60}? is))?"
@@ -135,10 +137,14 @@ class TextParser:
         for m in pattern.finditer(text):
             tool = tools[lowered[m.group(1).lower()]]
             rest = m.group(2).strip()
-            if not rest:
+            fenced = _FENCED_ARG.match(text, m.start(2))
+            if fenced:  # a multi-line argument: the body of a fenced block
+                rest = fenced.group(1).strip("\n")
+            elif not rest:
                 after = text[m.end():].strip()
                 rest = after.splitlines()[0].strip() if after else ""
-            rest = rest.rstrip(")").strip().strip("`").strip()
+            if not fenced:
+                rest = rest.rstrip(")").strip().strip("`").strip()
             required = tool.parameters.get("required", [])
             if rest.startswith("{"):
                 return _calls_from_json(json.dumps({"name": tool.name, "arguments": rest}))
@@ -154,6 +160,8 @@ class TextParser:
 
     def render(self, call: ToolCall) -> str:
         values = list(call.arguments.values())
+        if len(values) == 1 and "\n" in str(values[0]):
+            return f"{call.name}\n```\n{values[0]}\n```"
         if len(values) == 1:
             return f"{call.name} {values[0]}"
         return f"{call.name} {json.dumps(call.arguments, ensure_ascii=False)}" if values else call.name

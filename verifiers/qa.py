@@ -47,6 +47,20 @@ def support_recall(read: Iterable[str], supporting: Sequence[str]) -> float:
     return len(gold & set(read)) / len(gold) if gold else 1.0
 
 
+def gold_answers(task: Any) -> list[str]:
+    """Accepted answers of a Task, or of a raw record: HotpotQA `answer`, MuSiQue `answer` +
+    `answer_aliases`, NQ-open `answer` as a list."""
+    if hasattr(task, "answers"):
+        return task.answers
+    gold = task.get("answer")
+    answers = list(gold) if isinstance(gold, (list, tuple)) else [gold]
+    answers += list(task.get("answer_aliases") or task.get("aliases") or [])
+    answers = [str(a) for a in answers if a is not None]
+    if not answers:
+        raise ValueError("the record has no answer field")
+    return answers
+
+
 class QAVerifier:
     """Scores a short answer against every accepted answer of a task (best match counts).
 
@@ -60,7 +74,7 @@ class QAVerifier:
         self.metric = metric
 
     def __call__(self, task: Any, response: str, evidence: Sequence[str] | None = None, **_: Any) -> Verdict:
-        answers = task.answers if hasattr(task, "answers") else [task["answer"]]
+        answers = gold_answers(task)
         response = response or ""
         em = max(exact_match(response, a) for a in answers)
         f1 = max(token_f1(response, a) for a in answers)

@@ -1,0 +1,69 @@
+"""Batch scoring of JSONL records: each input line is a task record in its data set's own layout plus a
+`response`; each output line is the record with `score` and `details` added. Every input line gives an
+output line: a line that cannot be scored carries `score: null` and an `error`, and the rest go on."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from sleuth.verifiers.base import Verdict
+
+
+def get_verifier(name: str) -> Callable[..., Verdict]:
+    if name == "qa":
+        from sleuth.verifiers.qa import QAVerifier
+
+        return QAVerifier()
+    if name == "code":
+        from sleuth.verifiers.code import CodeVerifier
+
+        return CodeVerifier()
+    raise ValueError(f"unknown verifier {name!r}; known: qa, code")
+
+
+def _score_line(verifier: Callable[..., Verdict], number: int, line: str) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        return {"line": number, "score": None, "error": f"not valid JSON: {e.msg}"}
+    if not isinstance(record, dict):
+        return {"line": number, "score": None, "error": "a record must be a JSON object"}
+    if not isinstance(record.get("response"), str):
+        return {**record, "score": None, "error": "the record has no string 'response' field"}
+    try:
+        verdict = verifier(record, record["response"])
+    except (KeyError, TypeError, ValueError) as e:
+        return {**record, "score": None, "error": f"cannot score this record: {type(e).__name__}: {e}"}
+    return {**record, "score": verdict.score, "details": verdict.details}
+
+
+def score_lines(verifier: Callable[..., Verdict], lines: list[str], workers: int = 2) -> Iterator[dict[str, Any]]:
+    """Scored records in input order; blank lines are skipped."""
+    numbered = [(i + 1, line) for i, line in enumerate(lines) if line.strip()]
+    with ThreadPoolExecutor(max(1, workers)) as pool:  # code verifiers wait on sandbox subprocesses
+        yield from pool.map(lambda item: _score_line(verifier, *item), numbered)
+
+
+def score_file(name: str, input_path: str | Path, out_path: str | Path, workers: int = 2,
+               progress: bool = True) -> dict[str, Any]:
+    from tqdm import tqdm
+
+    verifier = get_verifier(name)
+    lines = Path(input_path).read_text(encoding="utf-8").splitlines()
+    scores: list[float] = []
+    errors = 0
+    with open(out_path, "w", encoding="utf-8") as out, tqdm(total=sum(bool(x.strip()) for x in lines),
+                                                            desc=f"score {name}", disable=not progress) as bar:
+        for rec in score_lines(verifier, lines, workers):
+            out.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            if rec.get("score") is None:
+                errors += 1
+            else:
+                scores.append(rec["score"])
+            bar.update(1)
+    return {"verifier": name, "scored": len(scores), "errors": errors,
+            "mean_score": round(sum(scores) / len(scores), 4) if scores else None, "out": str(out_path)}
