@@ -10,6 +10,10 @@ LIMIT ?= 24
 .PHONY: setup run test bench lint clean
 
 $(STAMP): pyproject.toml Makefile
+	# bubblewrap isolates model-written code (sleuth.sandbox); without it the sandbox falls back to rlimits, loudly.
+	command -v bwrap >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+		(apt-get install -y -qq bubblewrap >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq bubblewrap)); } || \
+		echo "warning: bubblewrap not installed; the code sandbox will fall back to rlimits"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"

@@ -143,6 +143,8 @@ class TextParser:
             elif not rest:
                 after = text[m.end():].strip()
                 rest = after.splitlines()[0].strip() if after else ""
+                if pattern.match(rest):  # "I will submit:" followed by the real command on the next line
+                    continue
             if not fenced:
                 rest = rest.rstrip(")").strip().strip("`").strip()
             required = tool.parameters.get("required", [])

@@ -11,6 +11,7 @@ import gzip
 import importlib.util
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,9 @@ def mbpp_signature(code: str, tests: list[str]) -> str:
     """`def name(args):` of the function the tests call (the reference defines it)."""
     called = {m.group(1) for t in tests for m in _CALL.finditer(t)}
     try:
-        tree = ast.parse(code)
+        with warnings.catch_warnings():  # some references have invalid escape sequences: not our concern
+            warnings.simplefilter("ignore")
+            tree = ast.parse(code)
     except SyntaxError:
         return ""
     for node in tree.body:
