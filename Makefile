@@ -37,6 +37,7 @@ test: setup
 bench: setup
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) bench/env_step.py
+	$(PY) bench/sandbox.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

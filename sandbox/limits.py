@@ -12,7 +12,7 @@ class Limits:
     wall_s: float = 10.0  # wall-clock timeout; the whole sandbox is killed after it
     cpu_s: int = 10  # RLIMIT_CPU per process (SIGXCPU, then SIGKILL)
     memory_mb: int = 1024  # RLIMIT_AS per process
-    processes: int = 32  # cgroup pids.max (or RLIMIT_NPROC of the unprivileged uid as a fallback)
+    processes: int = 32  # RLIMIT_NPROC of the run's own unprivileged uid
     file_mb: int = 16  # RLIMIT_FSIZE: largest file (stdout and stderr included) a run may write
     open_files: int = 256  # RLIMIT_NOFILE
     output_bytes: int = 16_000  # stdout / stderr kept per stream; the rest is cut with a marker

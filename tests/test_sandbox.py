@@ -148,3 +148,11 @@ def test_missing_bwrap_is_said_loudly(monkeypatch):
     assert fb.isolation == "rlimits"
     with pytest.raises(FileNotFoundError, match="bwrap"):
         Sandbox(isolation="bwrap")
+
+
+def test_process_cap_is_enforced(sb):
+    code = ("import os, time\nn = 0\nfor _ in range(200):\n    try:\n        pid = os.fork()\n"
+            "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n"
+            "    n += 1\nprint(n)")
+    r = sb.run_python(code)
+    assert r.stdout.strip().isdigit() and 0 < int(r.stdout) < 16  # Limits(processes=16) above
