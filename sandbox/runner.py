@@ -9,7 +9,6 @@ also recorded in every result (`isolation="rlimits"`)."""
 from __future__ import annotations
 
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -56,6 +55,9 @@ class Sandbox:
             warnings.warn(_FALLBACK_WARNING, RuntimeWarning, stacklevel=2)
         self.python = python or _system_python()
         self.python_flags = ["-I"] if site_packages else ["-I", "-S"]  # -S: start-up 5x faster (no site)
+        self.prlimit = shutil.which("prlimit")
+        if self.prlimit is None:
+            raise FileNotFoundError("the sandbox needs prlimit (util-linux) to set resource limits")
         self.as_root = os.geteuid() == 0
         self.setpriv = shutil.which("setpriv") if self.as_root else None
         if self.as_root and not self.setpriv:
@@ -78,8 +80,8 @@ class Sandbox:
             with open(io_dir / "out", "w+b") as out, open(io_dir / "err", "w+b") as err:
                 start = time.perf_counter()
                 proc = subprocess.Popen(
-                    self._command(argv, work, uid), cwd=work, env=self._env(work), stdin=subprocess.PIPE,
-                    stdout=out, stderr=err, start_new_session=True, preexec_fn=self._child_setup(lim, uid),
+                    [*self._limits_prefix(lim, uid), *self._command(argv, work, uid)], cwd=work,
+                    env=self._env(work), stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True,
                 )
                 # A timer thread kills the run at the deadline, so waiting is one blocking waitpid
                 # (Popen.wait(timeout=...) polls with sleeps: ~25 ms lost per run).
@@ -152,22 +154,15 @@ class Sandbox:
                 "--chdir", "/work"]
         return [*cmd, *drop, *argv]
 
-    def _child_setup(self, lim: Limits, uid: int | None):
+    def _limits_prefix(self, lim: Limits, uid: int | None) -> list[str]:
+        """rlimits set by `prlimit` in front of the command rather than in a preexec_fn: a preexec_fn
+        forces a full fork() of this (possibly large) process, while without one subprocess can vfork."""
         # RLIMIT_NPROC counts the processes of the real uid. Root is exempt, so the cap bites once setpriv
         # has switched to the run's own uid; without root it counts the caller's processes, so allow those.
         nproc = lim.processes if uid is not None else _own_processes() + lim.processes
-
-        def setup() -> None:  # runs in the child between fork and exec
-            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-            resource.setrlimit(resource.RLIMIT_CPU, (lim.cpu_s, lim.cpu_s + 1))
-            mem = lim.memory_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-            size = lim.file_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
-            resource.setrlimit(resource.RLIMIT_NOFILE, (lim.open_files, lim.open_files))
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-        return setup
+        mem, size = lim.memory_mb * 1024 * 1024, lim.file_mb * 1024 * 1024
+        return [self.prlimit, f"--nproc={nproc}", f"--cpu={lim.cpu_s}:{lim.cpu_s + 1}", f"--as={mem}",
+                f"--fsize={size}", f"--nofile={lim.open_files}", "--core=0", "--"]
 
 
 def _acquire_uid() -> int:
