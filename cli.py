@@ -96,6 +96,82 @@ def cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_index_build(args: argparse.Namespace) -> int:
+    import time
+
+    from sleuth.envs.retrieval.corpus import load_corpus
+    from sleuth.envs.retrieval.index import build_index
+
+    try:
+        docs = load_corpus(args.corpus, args.id_field, args.title_field, args.text_field)
+        start = time.perf_counter()
+        index = build_index(docs, args.kind, args.backend)
+    except (FileNotFoundError, ValueError) as e:
+        return _fail(str(e))
+    index.save(args.out)
+    print(f"{args.kind} index of {len(docs)} documents built in {time.perf_counter() - start:.1f} s: {args.out}")
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from sleuth.envs.retrieval.index import load_index
+    from sleuth.envs.retrieval.metrics import ndcg_at_k, read_qrels, recall_at_k
+
+    try:
+        index = load_index(args.index)
+        queries = _read_queries(args.queries, args.query_id_field, args.query_text_field)
+    except (FileNotFoundError, ValueError) as e:
+        return _fail(str(e))
+    results = []
+    batch = 256
+    for start in range(0, len(queries), batch):
+        chunk = queries[start:start + batch]
+        results += index.search([text for _, text in chunk], args.k)
+    with open(args.out, "w", encoding="utf-8") as f:
+        for (qid, _), hits in zip(queries, results, strict=True):
+            for rank, hit in enumerate(hits, start=1):
+                f.write(f"{qid} Q0 {hit.id} {rank} {hit.score:.6f} {args.tag}\n")
+    print(f"{len(queries)} queries → {args.out}")
+    if args.qrels:
+        qrels = read_qrels(args.qrels)
+        judged = [(qid, [h.id for h in hits]) for (qid, _), hits in zip(queries, results, strict=True) if qid in qrels]
+        if judged:
+            ndcg = sum(ndcg_at_k(r, qrels[q], 10) for q, r in judged) / len(judged)
+            rec = sum(recall_at_k(r, qrels[q], 100) for q, r in judged) / len(judged)
+            print(json.dumps({"judged_queries": len(judged), "ndcg@10": round(ndcg, 4), "recall@100": round(rec, 4)}))
+    return 0
+
+
+def cmd_serve_retrieval(args: argparse.Namespace) -> int:
+    from sleuth.envs.retrieval.base import read_meta
+    from sleuth.envs.retrieval.index import load_index
+    from sleuth.envs.retrieval.server import serve
+
+    try:
+        meta = read_meta(Path(args.index))
+        index = load_index(args.index)
+    except (FileNotFoundError, ValueError, KeyError) as e:
+        return _fail(f"cannot load index {args.index}: {e}")
+    print(f"serving {meta['kind']} index {args.index} on http://{args.host}:{args.port}", flush=True)
+    serve(index, args.host, args.port, info={"kind": meta["kind"], "n_docs": meta.get("n_docs")})
+    return 0
+
+
+def _read_queries(path: str, id_field: str, text_field: str) -> list[tuple[str, str]]:
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"queries file not found: {path}")
+    out = []
+    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines()):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            out.append((str(rec[id_field]), str(rec[text_field])))
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}:{i + 1}: a query line needs {id_field!r} and {text_field!r} ({e})") from e
+    return out
+
+
 def _fail(message: str) -> int:
     print(f"error: {message}", file=sys.stderr)
     return 2
@@ -142,6 +218,32 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.add_argument("--workers", type=int, default=2, help="records scored in parallel (code: sandbox runs)")
     s.set_defaults(fn=cmd_score)
+    ix = sub.add_parser("index", help="retrieval indexes").add_subparsers(dest="index_command", required=True)
+    b = ix.add_parser("build", help="build a BM25, dense or hybrid index from a JSONL corpus")
+    b.add_argument("--corpus", required=True, help="JSONL (or .jsonl.gz), one document a line")
+    b.add_argument("--kind", choices=["bm25", "dense", "hybrid"], default="bm25")
+    b.add_argument("--backend", choices=["bm25s", "rank_bm25"], default="bm25s")
+    b.add_argument("--out", required=True)
+    b.add_argument("--id-field", default="id")
+    b.add_argument("--title-field", default="title")
+    b.add_argument("--text-field", default="text")
+    b.set_defaults(fn=cmd_index_build)
+    q = sub.add_parser("search", help="batch search; writes a TREC run (qid Q0 docid rank score tag)")
+    q.add_argument("--index", required=True)
+    q.add_argument("--queries", required=True, help='JSONL lines {"id", "text"}')
+    q.add_argument("--k", type=int, default=100)
+    q.add_argument("--out", required=True)
+    q.add_argument("--tag", default="sleuth")
+    q.add_argument("--qrels", help="also print nDCG@10 and Recall@100 against these judgements")
+    q.add_argument("--query-id-field", default="id")
+    q.add_argument("--query-text-field", default="text")
+    q.set_defaults(fn=cmd_search)
+    sv = sub.add_parser("serve", help="run a server").add_subparsers(dest="serve_command", required=True)
+    r = sv.add_parser("retrieval", help="serve an index over HTTP (POST /search, POST /docs, GET /health)")
+    r.add_argument("--index", required=True)
+    r.add_argument("--host", default="127.0.0.1")
+    r.add_argument("--port", type=int, default=8000)
+    r.set_defaults(fn=cmd_serve_retrieval)
     return p
 
 

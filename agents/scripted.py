@@ -5,8 +5,8 @@ DocRead readers: they cannot read, so they answer with the title of a document t
 reader: a random one of its reads; first-k: the first). HotpotQA answers are often the title of a
 paragraph (comparison questions above all), so this is the cheapest non-trivial guess; it makes these
 baselines a floor for both reading (support recall) and answering. The oracle knows the gold: on DocRead
-it reads exactly the supporting documents and answers the gold answer; on Code it submits the reference
-program. Either way it must score 1.0, which tests env, harness round-trip and verifier together."""
+it reads exactly the supporting documents and answers the gold answer; on Search it searches for and
+opens each supporting document by title; on Code it submits the reference program. Either way it must score 1.0, which tests env, harness round-trip and verifier together."""
 
 from __future__ import annotations
 
@@ -85,6 +85,8 @@ class FirstKReader(_Reader):
 
 
 class Oracle(_Reader):
+    """Acts by the tools the env offers: `read` (DocRead), `search`/`open` (Search), `submit` (Code)."""
+
     name = "oracle"
 
     def plan(self, req: Request) -> list[int]:
@@ -95,6 +97,13 @@ class Oracle(_Reader):
         return req.task.answer
 
     def act(self, req: Request) -> ToolCall:
-        if "docs" in req.task.payload:
-            return super().act(req)
-        return ToolCall("submit", {"code": req.task.answer})  # a code task: the reference program
+        tools = {t["function"]["name"] for t in req.env_info.get("tools", [])}
+        if "submit" in tools:
+            return ToolCall("submit", {"code": req.task.answer})  # a code task: the reference program
+        if "search" in tools:  # search each gold title, open it, then answer
+            gold = list(req.task.payload.get("supporting", []))
+            if req.turn < 2 * len(gold):
+                title = gold[req.turn // 2]
+                return ToolCall("search", {"query": title}) if req.turn % 2 == 0 else ToolCall("open", {"doc_id": title})
+            return ToolCall("answer", {"text": req.task.answer})
+        return super().act(req)

@@ -38,6 +38,9 @@ class Harness:
         return f"(no {self.budget_unit} left: call {' or '.join(finals)} now)"
 
     def clip(self, text: str) -> str:
-        if len(text) <= self.max_observation_chars:
-            return text
-        return text[: self.max_observation_chars] + f"\n[... truncated {len(text) - self.max_observation_chars} characters]"
+        """Cut an observation to the harness's size and wrap it the way its format expects."""
+        if len(text) > self.max_observation_chars:
+            cut = len(text) - self.max_observation_chars
+            text = text[: self.max_observation_chars] + f"\n[... truncated {cut} characters]"
+        wrap = getattr(self.parser, "wrap", None)
+        return wrap(text) if wrap else text

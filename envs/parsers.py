@@ -146,7 +146,9 @@ class TextParser:
                 if pattern.match(rest):  # "I will submit:" followed by the real command on the next line
                     continue
             if not fenced:
-                rest = rest.rstrip(")").strip().strip("`").strip()
+                if rest.endswith(")") and rest.count(")") > rest.count("("):  # read(3), not "Title (film)"
+                    rest = rest[:-1]
+                rest = rest.strip().strip("`").strip()
             required = tool.parameters.get("required", [])
             if rest.startswith("{"):
                 return _calls_from_json(json.dumps({"name": tool.name, "arguments": rest}))
@@ -176,11 +178,48 @@ class TextParser:
         return "Reply with exactly one command:\n" + "\n".join(lines)
 
 
+class TagParser:
+    """Search-R1's tag protocol, for any env: `<search> query </search>`, `<answer> text </answer>`; in
+    general `<tool> argument </tool>` for a tool with one required argument. Tool results come back inside
+    `<information>...</information>`; `<think>` blocks are ignored."""
+
+    name = "tags"
+
+    def parse(self, text: str, tools: Mapping[str, Tool]) -> ParseResult:
+        visible = re.sub(r"<think>.*?(?:</think>|$)", "", text, flags=re.S)
+        names = "|".join(re.escape(n) for n in tools)
+        m = re.search(rf"<({names})>(.*?)(?:</\1>|$)", visible, re.S) if names else None
+        if m is None:
+            tags = " or ".join(f"<{n}>...</{n}>" for n in tools)
+            return ParseResult(error=f"no action found: write {tags}")
+        tool = tools[m.group(1)]
+        required = tool.parameters.get("required", [])
+        arg = m.group(2).strip()
+        if len(required) > 1:
+            return _calls_from_json(json.dumps({"name": tool.name, "arguments": arg}))
+        if not required:
+            return ParseResult(calls=[ToolCall(tool.name, {})])
+        return ParseResult(calls=[ToolCall(tool.name, {required[0]: arg})])
+
+    def render(self, call: ToolCall) -> str:
+        values = list(call.arguments.values())
+        body = values[0] if len(values) == 1 else (json.dumps(call.arguments) if values else "")
+        return f"<{call.name}> {body} </{call.name}>"
+
+    def instructions(self, tools: Mapping[str, Tool]) -> str:
+        lines = [f"<{t.name}> ... </{t.name}>: {t.description}" for t in tools.values()]
+        return ("You may think inside <think> </think>. Then act with exactly one of:\n" + "\n".join(lines) +
+                "\nResults come back between <information> and </information>.")
+
+    def wrap(self, observation: str) -> str:
+        return f"<information>{observation}</information>"
+
+
 def _strip_quotes(s: str) -> str:
     return s[1:-1] if len(s) >= 2 and s[0] == s[-1] and s[0] in "\"'" else s
 
 
-PARSERS: dict[str, type] = {"json": JSONParser, "text": TextParser}
+PARSERS: dict[str, type] = {"json": JSONParser, "text": TextParser, "tags": TagParser, "searchr1": TagParser}
 
 
 def get_parser(name: str | ToolCallParser) -> ToolCallParser:

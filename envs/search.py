@@ -1,0 +1,149 @@
+"""Search (`sleuth/Search-v0`): open-domain multi-hop QA over a corpus. Tools: `search(query, k)` →
+ranked titles with snippets, `open(doc_id)` → the full passage, `answer(text)`. The retriever is in
+process (an index object or an index directory) or a retrieval server URL. `info` records each query,
+the retrieved ids, and whether gold paragraphs were retrieved and opened."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from sleuth.envs.base import ToolEnv
+from sleuth.envs.harness import Harness
+from sleuth.envs.retrieval.base import Retriever
+from sleuth.envs.tools import ToolError, tool
+from sleuth.tasks.base import Task
+from sleuth.verifiers.base import Verifier
+from sleuth.verifiers.qa import QAVerifier
+
+CORPORA = ("hotpotqa", "musique", "2wiki")
+
+
+@lru_cache(maxsize=4)
+def default_retriever(corpus: str = "hotpotqa") -> Retriever:
+    """A BM25 index over the named corpora (comma-separated), built once per process: every paragraph of
+    the HotpotQA files (train, dev, test), of MuSiQue, and/or the 2WikiMultihopQA passages."""
+    from sleuth.envs.retrieval.bm25 import BM25Index
+    from sleuth.envs.retrieval.corpus import Doc, corpus_from_tasks, load_corpus
+    from sleuth.tasks.registry import data_dir, load_tasks
+
+    docs: dict[str, Doc] = {}
+    for name in corpus.split(","):
+        if name == "hotpotqa":
+            found = corpus_from_tasks(t for split in ("train", "dev", "test") for t in load_tasks(f"hotpotqa:{split}"))
+        elif name == "musique":
+            found = corpus_from_tasks(load_tasks("musique:dev"))
+        elif name == "2wiki":
+            found = [Doc(d.title, d.title, d.text) for d in
+                     load_corpus(data_dir() / "corpora" / "2wikimultihopqa_passages.jsonl", id_field="title")]
+        else:
+            raise ValueError(f"unknown corpus {name!r}; known: {', '.join(CORPORA)}")
+        for d in found:
+            docs.setdefault(d.id, d)
+    return BM25Index(list(docs.values()))
+
+
+def _retriever(spec: Retriever | str | None, corpus: str) -> Retriever:
+    if spec is None:
+        return default_retriever(corpus)
+    if isinstance(spec, str) and spec.startswith(("http://", "https://")):
+        from sleuth.envs.retrieval.client import RetrievalClient
+
+        return RetrievalClient(spec)
+    if isinstance(spec, str):
+        from sleuth.envs.retrieval.index import load_index
+
+        return load_index(spec)
+    return spec
+
+
+class SearchEnv(ToolEnv):
+    instructions = (
+        "Answer the question. Search the collection for evidence, open the documents you need, then answer "
+        "with a short phrase only: a name, a date, a number, or yes/no."
+    )
+    budget_unit = "tool calls"
+    default_budget = 6
+
+    def __init__(
+        self,
+        tasks: Sequence[Task] | None = None,
+        retriever: Retriever | str | None = None,
+        corpus: str = "hotpotqa",
+        harness: Harness | str = "json",
+        max_turns: int | None = None,
+        k: int = 5,
+        snippet_chars: int = 160,
+        metric: str = "f1",
+        verifier: Verifier | None = None,
+        render_mode: str | None = None,
+    ):
+        self.retriever = _retriever(retriever, corpus)
+        self.default_k, self.snippet_chars = k, snippet_chars
+        super().__init__(tasks, verifier or QAVerifier(metric), harness, max_turns, render_mode)
+
+    def on_reset(self, task: Task) -> None:
+        self.gold = set(task.payload.get("supporting", []))
+        self.queries: list[dict[str, Any]] = []
+        self.opened: list[dict[str, Any]] = []
+        self._event: dict[str, Any] | None = None
+
+    @tool
+    def search(self, query: str, k: int = 5) -> str:
+        """Search the collection; returns ranked document ids with the start of each text.
+
+        Args:
+            query: what to look for
+            k: how many results (1-20)
+        """
+        if not query.strip():
+            raise ToolError("search needs a non-empty query")
+        k = max(1, min(int(k), 20))
+        hits = self.retriever.search([query], k)[0]
+        ids = [h.id for h in hits]
+        event = {"turn": self.turn, "query": query, "retrieved": ids, "gold_retrieved": sorted(self.gold & set(ids))}
+        self.queries.append(event)
+        self._event = {"search": event}
+        if not hits:
+            return "no results"
+        lines = []
+        for rank, h in enumerate(hits, start=1):
+            doc = self.retriever.get(h.id)
+            text = doc.text if doc else ""
+            snippet = text[: self.snippet_chars] + ("..." if len(text) > self.snippet_chars else "")
+            lines.append(f"{rank}. [{h.id}] {snippet}" if doc and doc.title == h.id else f"{rank}. [{h.id}] {doc.title if doc else ''}: {snippet}")
+        return "\n".join(lines)
+
+    @tool
+    def open(self, doc_id: str) -> str:
+        """Open a document by its id (shown in brackets in search results) and read all of it.
+
+        Args:
+            doc_id: the document id
+        """
+        key = doc_id.strip().strip("[]\"'")
+        doc = self.retriever.get(key)
+        if doc is None:
+            raise ToolError(f"no document with id {doc_id!r}: use an id from the search results")
+        event = {"turn": self.turn, "doc": key, "gold": key in self.gold,
+                 "reopen": any(o["doc"] == key for o in self.opened)}
+        self.opened.append(event)
+        self._event = {"open": event}
+        return f"[{doc.id}] {doc.title}\n{doc.text}"
+
+    @tool(final=True)
+    def answer(self, text: str) -> str:
+        """Give the final answer (a short phrase) and end the episode.
+
+        Args:
+            text: the answer
+        """
+        return text.strip()
+
+    def step_info(self) -> dict[str, Any]:
+        event, self._event = self._event, None
+        return event or {}
+
+    def verifier_context(self) -> dict[str, Any]:
+        return {"evidence": [o["doc"] for o in self.opened]}

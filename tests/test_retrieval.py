@@ -1,0 +1,184 @@
+import json
+import socket
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+import sleuth
+from sleuth.cli import main
+from sleuth.envs.retrieval.base import Hit
+from sleuth.envs.retrieval.bm25 import BM25Index
+from sleuth.envs.retrieval.client import RetrievalClient, RetrievalError
+from sleuth.envs.retrieval.corpus import Doc, load_corpus
+from sleuth.envs.retrieval.hybrid import rrf
+from sleuth.envs.retrieval.index import load_index
+from sleuth.envs.retrieval.metrics import ndcg_at_k, recall_at_k
+
+DOCS = [
+    Doc("a", "Paris", "Paris is the capital of France and its largest city."),
+    Doc("b", "Lyon", "Lyon is a city in France on the Rhone."),
+    Doc("c", "Berlin", "Berlin is the capital of Germany."),
+    Doc("d", "Rhone", "The Rhone is a river that flows through Switzerland and France."),
+    Doc("e", "Cats", "Cats are small domesticated carnivorous mammals."),
+    Doc("f", "Dogs", "Dogs were domesticated from wolves."),
+    Doc("g", "Wolves", "The wolf is a large canine native to Eurasia and North America."),
+]
+QUERIES = ["capital of France", "river Rhone", "domesticated wolves", "Germany capital city", "mammals"]
+
+
+def test_bm25_backends_agree_exactly_with_robertson_idf():
+    a = BM25Index(DOCS, backend="bm25s", method="robertson", k1=1.2, b=0.75)
+    b = BM25Index(DOCS, backend="rank_bm25", k1=1.2, b=0.75)
+    for q in QUERIES:  # no query term is in more than half the docs, so rank-bm25's idf floor never applies
+        # bm25s (as Lucene) drops the constant (k1 + 1) factor of the term weight: same ranking
+        np.testing.assert_allclose(a.scores(q) * (1.2 + 1), b.scores(q), rtol=1e-5, atol=1e-6)
+        assert [h.id for h in a.search([q], 3)[0]] == [h.id for h in b.search([q], 3)[0]]
+
+
+def test_bm25_default_ranks_sensibly_and_skips_non_matches():
+    idx = BM25Index(DOCS)
+    assert [h.id for h in idx.search(["capital of France"], 3)[0]][0] == "a"
+    assert idx.search(["zzz unknown words"], 5) == [[]]
+    with pytest.raises(ValueError, match="backend"):
+        BM25Index(DOCS, backend="lucene")
+
+
+def test_index_save_load_round_trip(tmp_path):
+    for backend in ("bm25s", "rank_bm25"):
+        idx = BM25Index(DOCS, backend=backend)
+        idx.save(tmp_path / backend)
+        again = load_index(tmp_path / backend)
+        assert again.search(QUERIES, 4) == idx.search(QUERIES, 4)
+        assert again.get("d") == DOCS[3]
+    with pytest.raises(FileNotFoundError, match="not a sleuth index"):
+        load_index(tmp_path)
+
+
+def test_rrf_and_metrics_by_hand():
+    fused = rrf([[Hit("x", 9), Hit("y", 8)], [Hit("y", 0.9), Hit("z", 0.5)]], k=3, c=60)
+    assert [h.id for h in fused] == ["y", "x", "z"]
+    assert fused[0].score == pytest.approx(1 / 62 + 1 / 61)
+    # one relevant doc at rank 2: DCG = 1/log2(3), IDCG = 1
+    assert ndcg_at_k(["q", "r", "s"], {"r": 1}, 10) == pytest.approx(1 / np.log2(3))
+    assert recall_at_k(["q", "r"], {"r": 1, "t": 1}, 100) == 0.5
+
+
+def test_corpus_loader_fields_and_errors(tmp_path, data_dir):
+    docs = load_corpus(data_dir / "scifact" / "scifact_corpus.jsonl.gz", id_field="doc_id", text_field="abstract")
+    assert len(docs) == 5183 and docs[0].id == "4983" and docs[0].text
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "1", "text": "x"}\n{"id": "1", "text": "y"}\n')
+    with pytest.raises(ValueError, match="duplicate id"):
+        load_corpus(bad)
+    bad.write_text('{"id": "1", "body": "x"}\n')
+    with pytest.raises(ValueError, match="no 'text' field"):
+        load_corpus(bad)
+
+
+def test_index_build_and_trec_search_cli(tmp_path, capsys):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps(d.to_dict()) + "\n" for d in DOCS))
+    queries = tmp_path / "q.jsonl"
+    queries.write_text("".join(json.dumps({"id": f"q{i}", "text": q}) + "\n" for i, q in enumerate(QUERIES)))
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq0\ta\t1\nq1\td\t1\n")
+    assert main(["index", "build", "--corpus", str(corpus), "--kind", "bm25", "--out", str(tmp_path / "ix")]) == 0
+    assert main(["search", "--index", str(tmp_path / "ix"), "--queries", str(queries), "--k", "3",
+                 "--out", str(tmp_path / "run.tsv"), "--qrels", str(tmp_path / "qrels.tsv")]) == 0
+    first = (tmp_path / "run.tsv").read_text().splitlines()[0].split()
+    assert first[:4] == ["q0", "Q0", "a", "1"] and first[5] == "sleuth"
+    assert '"ndcg@10": 1.0' in capsys.readouterr().out
+    assert main(["index", "build", "--corpus", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "x")]) == 2
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    import uvicorn
+
+    from sleuth.envs.retrieval.server import create_app
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    srv = uvicorn.Server(uvicorn.Config(create_app(BM25Index(DOCS), max_batch=8), host="127.0.0.1", port=port,
+                                        log_level="error"))
+    t = threading.Thread(target=srv.run, daemon=True)
+    t.start()
+    for _ in range(200):
+        if srv.started:
+            break
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    t.join(5)
+
+
+def test_server_answers_like_the_index(server):
+    with RetrievalClient(server) as client:
+        assert client.health()["status"] == "ok"
+        assert client.search(QUERIES, 3) == BM25Index(DOCS).search(QUERIES, 3)
+        assert client.get("c") == DOCS[2] and client.get("nope") is None
+
+
+@pytest.mark.parametrize(
+    "body, status",
+    [
+        ({"queries": "not a list"}, 422),
+        ({"queries": []}, 422),
+        ({"queries": ["x"], "k": 0}, 422),
+        ({"queries": ["x"] * 9}, 422),  # over max_batch
+        ({"queries": ["x" * 20_000]}, 422),
+        ({"k": 3}, 422),
+    ],
+)
+def test_server_rejects_malformed_requests_with_4xx(server, body, status):
+    r = httpx.post(f"{server}/search", json=body)
+    assert r.status_code == status and r.json()["detail"]
+    assert httpx.get(f"{server}/health").status_code == 200  # still alive
+
+
+def test_server_rejects_broken_json_and_huge_bodies(server):
+    r = httpx.post(f"{server}/search", content=b"{oops", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    r = httpx.post(f"{server}/search", content=b"x" * (3 * 1024 * 1024), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_client_raises_4xx_at_once_and_gives_up_on_a_dead_server(server):
+    with RetrievalClient(server) as client, pytest.raises(ValueError, match="rejected"):
+        client.search(["x"] * 9)
+    dead = RetrievalClient("http://127.0.0.1:9", timeout=0.5, retries=1, backoff=0.01)
+    with pytest.raises(RetrievalError, match="after 2 tries"):
+        dead.search(["x"])
+
+
+def test_search_env_with_server_and_gold_title_queries(server, hotpot_tasks):
+    env = sleuth.make("Search-v0", harness="json")
+    task = hotpot_tasks[0]
+    env.reset(options={"task": task})
+    call = lambda n, **a: "<tool_call>" + json.dumps({"name": n, "arguments": a}) + "</tool_call>"  # noqa: E731
+    for title in task.payload["supporting"]:  # a scripted policy that queries the gold titles reaches them
+        obs, *_, info = env.step(call("search", query=title))
+        assert title in info["search"]["gold_retrieved"] and f"[{title}]" in obs
+        obs, *_, info = env.step(call("open", doc_id=title))
+        assert info["open"]["gold"] and obs.startswith(f"[{title}] {title}\n")
+    obs, reward, term, trunc, info = env.step(call("answer", text=task.answer))
+    assert term and reward == 1.0 and info["verdict"]["details"]["support_recall"] == 1.0
+    remote = sleuth.make("Search-v0", retriever=server, harness="tags")
+    remote.reset(options={"task": task})
+    obs, *_, info = remote.step("<think>hmm</think><search> capital of France </search>")
+    assert obs.startswith("<information>1. [a] Paris:") and info["search"]["retrieved"][0] == "a"
+    obs, *_, info = remote.step("<open>zzz</open>")
+    assert "no document with id 'zzz'" in info["error"]
+
+
+def test_search_env_oracle_scores_one_in_every_harness(tmp_path):
+    argv = ["eval", "--env", "sleuth/Search-v0", "--tasks", "hotpotqa:test", "--policy", "oracle",
+            "--harness", "json,text,tags", "--limit", "8", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    for run in ("oracle-json", "oracle-text", "oracle-tags"):
+        s = json.loads((tmp_path / run / "summary.json").read_text())
+        assert s["em"] == 1.0 and s["support_recall"] == 1.0 and s["tool_call_error_rate"] == 0.0
