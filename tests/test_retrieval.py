@@ -182,3 +182,21 @@ def test_search_env_oracle_scores_one_in_every_harness(tmp_path):
     for run in ("oracle-json", "oracle-text", "oracle-tags"):
         s = json.loads((tmp_path / run / "summary.json").read_text())
         assert s["em"] == 1.0 and s["support_recall"] == 1.0 and s["tool_call_error_rate"] == 0.0
+
+
+def test_dense_and_hybrid_rank_by_meaning_and_persist(tmp_path):
+    from sleuth.envs.retrieval.dense import DenseIndex
+    from sleuth.envs.retrieval.hybrid import HybridIndex
+
+    dense = DenseIndex(DOCS)
+    top = dense.search(["Which city is France's seat of government?", "pet animals that purr"], 2)
+    assert top[0][0].id == "a" and top[1][0].id == "e"
+    assert all(0 < h.score <= 1.0001 for row in top for h in row)  # cosine similarity of unit vectors
+    dense.save(tmp_path / "dense")
+    again = load_index(tmp_path / "dense")
+    assert [h.id for h in again.search(QUERIES, 3)[0]] == [h.id for h in dense.search(QUERIES, 3)[0]]
+    hnsw = DenseIndex(DOCS, encoder=dense.encoder, hnsw=True)
+    assert [h.id for h in hnsw.search(QUERIES, 3)[0]] == [h.id for h in dense.search(QUERIES, 3)[0]]
+    hybrid = HybridIndex(BM25Index(DOCS), dense)
+    hybrid.save(tmp_path / "hybrid")
+    assert load_index(tmp_path / "hybrid").search(QUERIES, 3) == hybrid.search(QUERIES, 3)

@@ -2,8 +2,10 @@
 
 POST /search {"queries": [...], "k": 10, "with_text": false} → {"results": [[{"id", "score", "title",
 "text"?}]]}; POST /docs {"ids": [...]} → {"docs": [{"id", "title", "text"} | null]}; GET /health.
-Bad requests get a 4xx with a message (422 for malformed bodies, 413 for oversized ones); searches run in
-the server's thread pool, so a slow batch never blocks the event loop.
+Bad requests get a 4xx with a message (422 for malformed bodies, 413 for oversized ones). Searches run
+on the event loop itself: a BM25 query takes well under a millisecond, and the thread-pool hop FastAPI
+uses for sync endpoints cost more than that under load (bench/retrieval.py). Serve slow (dense, CPU)
+indexes with more uvicorn workers.
 
 (No `from __future__ import annotations` here: FastAPI must see the request models, defined per app
 with that app's limits, as real classes.)"""
@@ -44,7 +46,7 @@ def create_app(retriever: Retriever, max_batch: int = 512, max_k: int = 1000, ma
         return {"status": "ok", **(info or {})}
 
     @app.post("/search")
-    def search(req: SearchRequest):
+    async def search(req: SearchRequest):
         too_long = [i for i, q in enumerate(req.queries) if len(q) > max_query_chars]
         if too_long:
             return JSONResponse({"detail": f"queries {too_long[:5]} are over {max_query_chars} characters"},
@@ -63,7 +65,7 @@ def create_app(retriever: Retriever, max_batch: int = 512, max_k: int = 1000, ma
         return {"results": out}
 
     @app.post("/docs")
-    def docs(req: DocsRequest):
+    async def docs(req: DocsRequest):
         found = [retriever.get(i) for i in req.ids]
         return {"docs": [d.to_dict() if d else None for d in found]}
 
