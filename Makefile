@@ -41,6 +41,7 @@ bench: setup
 	$(PY) bench/env_step.py
 	$(PY) bench/sandbox.py
 	$(PY) bench/retrieval.py
+	$(PY) bench/verifier_server.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -157,6 +157,14 @@ def cmd_serve_retrieval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve_verifier(args: argparse.Namespace) -> int:
+    from sleuth.verifiers.server import serve
+
+    print(f"serving the {args.name} verifier on http://{args.host}:{args.port}", flush=True)
+    serve(args.name, args.host, args.port, args.workers)
+    return 0
+
+
 def _read_queries(path: str, id_field: str, text_field: str) -> list[tuple[str, str]]:
     if not Path(path).is_file():
         raise FileNotFoundError(f"queries file not found: {path}")
@@ -244,6 +252,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--host", default="127.0.0.1")
     r.add_argument("--port", type=int, default=8000)
     r.set_defaults(fn=cmd_serve_retrieval)
+    v = sv.add_parser("verifier", help="serve a verifier over HTTP (POST /score, POST /get_reward, GET /health)")
+    v.add_argument("--name", required=True, choices=["qa", "code"])
+    v.add_argument("--host", default="127.0.0.1")
+    v.add_argument("--port", type=int, default=8001)
+    v.add_argument("--workers", type=int, default=4, help="records scored at once (code: sandbox runs)")
+    v.set_defaults(fn=cmd_serve_verifier)
     return p
 
 

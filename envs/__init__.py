@@ -1,12 +1,13 @@
 """Environments: gymnasium envs composed of a harness (tools, parser, prompt, budget) and a verifier."""
 
 from sleuth.envs.base import TextSpace, ToolEnv
-from sleuth.envs.code import CodeEnv, extract_code
+from sleuth.envs.code import CodeEnv
 from sleuth.envs.docread import DocReadEnv
 from sleuth.envs.harness import Harness
 from sleuth.envs.parsers import JSONParser, ParseResult, TextParser, ToolCall, get_parser
 from sleuth.envs.registry import make, register, registered
 from sleuth.envs.tools import Tool, ToolError, make_tool, tool
+from sleuth.verifiers.extract import extract_code
 
 __all__ = [
     "ToolEnv", "TextSpace", "DocReadEnv", "CodeEnv", "extract_code", "Harness", "JSONParser", "TextParser", "ToolCall", "ParseResult",

@@ -1,10 +1,10 @@
 """Code (`sleuth/Code-v0`): write a Python function for an MBPP or HumanEval problem. Tools: `run(code)`
 executes the program in the sandbox with the visible example test; `submit(code)` ends the episode and
-the hidden tests score it. Extracting the program from a fenced block is the harness's job, done here."""
+the hidden tests score it. Extracting the program from a fenced block is the harness's job, done here
+with `verifiers.extract.extract_code` (shared with the trainer adapters)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,19 +15,7 @@ from sleuth.sandbox import Limits, Sandbox
 from sleuth.tasks.base import Task
 from sleuth.verifiers.base import Verifier
 from sleuth.verifiers.code import CodeVerifier
-
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.S)
-
-
-def extract_code(text: str) -> str:
-    """The program in a reply: the last fenced block that defines something (```python, ```py or a bare
-    fence; an unclosed fence runs to the end), else the last fenced block, else the text itself."""
-    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
-    code = [body for lang, body in blocks if lang in ("", "python", "py", "python3")]
-    if not code:
-        return text.strip("\n")
-    defining = [b for b in code if re.search(r"^\s*(def|class|import|from)\s", b, re.M)]
-    return (defining or code)[-1].strip("\n")
+from sleuth.verifiers.extract import extract_code
 
 
 class CodeEnv(ToolEnv):

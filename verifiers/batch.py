@@ -11,18 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sleuth.verifiers.base import Verdict
-
-
-def get_verifier(name: str) -> Callable[..., Verdict]:
-    if name == "qa":
-        from sleuth.verifiers.qa import QAVerifier
-
-        return QAVerifier()
-    if name == "code":
-        from sleuth.verifiers.code import CodeVerifier
-
-        return CodeVerifier()
-    raise ValueError(f"unknown verifier {name!r}; known: qa, code")
+from sleuth.verifiers.registry import get_verifier
 
 
 def _score_line(verifier: Callable[..., Verdict], number: int, line: str) -> dict[str, Any]:

@@ -1,0 +1,30 @@
+"""Pulling the scorable part out of a model's free-form reply: the answer of a QA reply, the program of a
+code reply. Used by harnesses (inside envs) and by the trainer adapters (outside any env) alike."""
+
+from __future__ import annotations
+
+import re
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.S)
+_ANSWER_TAG = re.compile(r"<answer>(.*?)(?:</answer>|\Z)", re.S | re.I)
+_ANSWER_LINE = re.compile(r"^\W*(?:final\s+)?answer\s*(?:is)?\s*[:：]\s*(.+)$", re.I | re.M)
+
+
+def extract_code(text: str) -> str:
+    """The program in a reply: the last fenced block that defines something (```python, ```py or a bare
+    fence; an unclosed fence runs to the end), else the last fenced block, else the text itself."""
+    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
+    code = [body for lang, body in blocks if lang in ("", "python", "py", "python3")]
+    if not code:
+        return text.strip("\n")
+    defining = [b for b in code if re.search(r"^\s*(def|class|import|from)\s", b, re.M)]
+    return (defining or code)[-1].strip("\n")
+
+
+def extract_answer(text: str) -> str:
+    """The answer in a reply: the last <answer>…</answer>, else the last "Answer: …" line, else the text."""
+    tags = _ANSWER_TAG.findall(text)
+    if tags:
+        return tags[-1].strip()
+    lines = _ANSWER_LINE.findall(text)
+    return lines[-1].strip() if lines else text.strip()
