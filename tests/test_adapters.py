@@ -1,6 +1,7 @@
 """Verifiers inside other trainers: TRL (run for real), verl (called as its loader calls it), OpenRLHF
 (its documented request and response), and the verifier server."""
 
+import contextlib
 import importlib.util
 import json
 import socket
@@ -104,27 +105,34 @@ def test_openrlhf_reward_func_file_form():
         reward_func(["abc"], ["xyz"], ["a"])
 
 
-@pytest.fixture(scope="module", params=["qa", "code"])
-def verifier_server(request):
+@contextlib.contextmanager
+def running(app):
     import uvicorn
-
-    from sleuth.verifiers.server import create_app
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()
-    srv = uvicorn.Server(uvicorn.Config(create_app(request.param, workers=2, max_records=8), host="127.0.0.1",
-                                        port=port, log_level="error"))
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     t = threading.Thread(target=srv.run, daemon=True)
     t.start()
     for _ in range(200):
         if srv.started:
             break
         time.sleep(0.02)
-    yield request.param, f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    t.join(5)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        t.join(5)
+
+
+@pytest.fixture(scope="module", params=["qa", "code"])
+def verifier_server(request):
+    from sleuth.verifiers.server import create_app
+
+    with running(create_app(request.param, workers=2, max_records=8)) as url:
+        yield request.param, url
 
 
 def test_verifier_server_scores_and_rejects_bad_input(verifier_server, data_dir):
@@ -148,13 +156,13 @@ def test_verifier_server_scores_and_rejects_bad_input(verifier_server, data_dir)
     assert httpx.get(f"{url}/health").status_code == 200
 
 
-def test_verifier_server_speaks_openrlhf(verifier_server):
-    name, url = verifier_server
-    if name != "qa":
-        pytest.skip("the protocol is the same for every verifier")
+def test_verifier_server_speaks_openrlhf():
+    from sleuth.verifiers.server import create_app
+
     prompt = "<|im_start|>user\nWho wrote Hamlet?<|im_end|>\n<|im_start|>assistant\n"
     body = {"query": [prompt + "William Shakespeare<|im_end|>"], "prompts": [prompt], "labels": ["William Shakespeare"]}
-    r = httpx.post(f"{url}/get_reward", json=body)
-    assert r.status_code == 200 and r.json()["rewards"] == [1.0] and r.json()["scores"] == [1.0]
-    bad = httpx.post(f"{url}/get_reward", json={**body, "prompts": ["something else"]})
-    assert bad.status_code == 422 and "start with its prompt" in bad.json()["detail"]
+    with running(create_app("qa")) as url:
+        r = httpx.post(f"{url}/get_reward", json=body)
+        assert r.status_code == 200 and r.json()["rewards"] == [1.0] and r.json()["scores"] == [1.0]
+        bad = httpx.post(f"{url}/get_reward", json={**body, "prompts": ["something else"]})
+        assert bad.status_code == 422 and "start with its prompt" in bad.json()["detail"]
