@@ -69,6 +69,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                     lambda h=harness: sleuth.make(args.env, harness=h, **env_args), tasks, policy,
                     out / run if multi else out, sampling, args.concurrency, args.env,
                     meta={"tasks": args.tasks, "harness": harness, "run": run}, resume=not args.no_resume,
+                    samples=args.samples,
                 )
             except ValueError as e:  # e.g. a baseline that does not apply to this env
                 return _fail(f"{run}: {e} (finished episodes are kept in {out})")
@@ -80,6 +81,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         print(json.dumps(summaries[0], indent=2))
         print(f"report: {out / 'report.md'}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from sleuth.agents.compare import compare, to_markdown, write_comparison_plot
+
+    try:
+        result = compare(args.run_a, args.run_b)
+    except FileNotFoundError as e:
+        return _fail(str(e))
+    text = to_markdown(result)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_comparison_plot(result, out / "compare.png")
+        (out / "compare.md").write_text(f"# Comparison\n\n{text}\n\n![comparison](compare.png)\n")
+        print(f"report: {out / 'compare.md'}")
     return 0
 
 
@@ -219,7 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="extra env kwargs")
     e.add_argument("--no-resume", action="store_true", help="start over instead of resuming trajectories.jsonl")
+    e.add_argument("--samples", type=int, default=1, help="episodes per task; pass@k is reported (use --temperature > 0)")
     e.set_defaults(fn=cmd_eval)
+    c = sub.add_parser("compare", help="two eval runs side by side, with paired-bootstrap confidence intervals")
+    c.add_argument("run_a")
+    c.add_argument("run_b")
+    c.add_argument("--out", help="also write compare.md and compare.png here")
+    c.set_defaults(fn=cmd_compare)
     s = sub.add_parser("score", help="score JSONL records (data-set layout + a 'response' field) with a verifier")
     s.add_argument("--verifier", required=True, choices=["qa", "code"])
     s.add_argument("--input", required=True)

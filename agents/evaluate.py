@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import gymnasium
 from tqdm import tqdm
 
+from sleuth.agents.breakdown import breakdown, pass_at_ks
 from sleuth.agents.loop import run_episodes
 from sleuth.agents.policy import Policy, SamplingParams
 from sleuth.agents.trajectory import Trajectory
@@ -89,8 +91,10 @@ def evaluate(
     meta: dict[str, Any] | None = None,
     resume: bool = True,
     progress: bool = True,
+    samples: int = 1,
 ) -> dict[str, Any]:
-    """Evaluate and write `trajectories.jsonl`, `summary.json`, `report.md` and `report.png` in `out_dir`."""
+    """Evaluate and write `trajectories.jsonl`, `summary.json`, `report.md` and `report.png` in `out_dir`.
+    `samples` episodes per task (pass@k is reported; sample with temperature > 0 for it to mean anything)."""
     from sleuth.agents.report import write_report
 
     out = Path(out_dir)
@@ -104,20 +108,25 @@ def evaluate(
     previous_wall = 0.0
     if resume and done and summary_path.exists():
         previous_wall = float(json.loads(summary_path.read_text()).get("wall_time_s", 0.0))
-    seen = {t.task_id for t in done}
-    todo = [t for t in tasks if t.id not in seen]
+    have = Counter(t.task_id for t in done)
+    todo = [t for t in tasks for _ in range(max(0, samples - have[t.id]))]
+    total = len(tasks) * samples
     start = time.perf_counter()
-    with open(traj_path, "a", encoding="utf-8") as f, tqdm(total=len(tasks), initial=len(tasks) - len(todo),
+    with open(traj_path, "a", encoding="utf-8") as f, tqdm(total=total, initial=total - len(todo),
                                                            desc=f"eval {policy.name}", disable=not progress) as bar:
         for traj in run_episodes(make_env, todo, policy, sampling, concurrency, env_id):
+            traj.meta["sample"] = have[traj.task_id]
+            have[traj.task_id] += 1
             f.write(traj.to_json() + "\n")
             f.flush()
             done.append(traj)
             bar.update(1)
     wall = previous_wall + time.perf_counter() - start
     order = {t.id: i for i, t in enumerate(tasks)}
-    done.sort(key=lambda t: order.get(t.task_id, len(order)))
-    summary = summarise(done, wall, {"policy": policy.name, "env": env_id, **(meta or {})})
+    done.sort(key=lambda t: (order.get(t.task_id, len(order)), t.meta.get("sample", 0)))
+    summary = summarise(done, wall, {"policy": policy.name, "env": env_id, "samples": samples, **(meta or {})})
+    summary.update(pass_at_ks(done))
+    summary["breakdown"] = breakdown(done, tasks)
     summary_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     write_report(out, summary, done)
     return summary

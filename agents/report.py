@@ -98,6 +98,13 @@ def write_report(out: Path, summary: dict[str, Any], trajs: Sequence[Trajectory]
             action = turn.action_text.strip().replace("\n", " ")[:120]
             note = f" → error: {turn.error}" if turn.error else ""
             lines.append(f"  {i + 1}. `{action}`{note}")
+    passes = {k: v for k, v in summary.items() if k.startswith("pass@")}
+    if passes and summary.get("samples", 1) > 1:
+        lines += ["", "## pass@k (unbiased estimator)", "", "| " + " | ".join(passes) + " |",
+                  "|---" * len(passes) + "|", "| " + " | ".join(f"{v:.3f}" for v in passes.values()) + " |"]
+    for field, groups in summary.get("breakdown", {}).items():
+        cols = [c for c in ("n", "score", "em", "f1", "support_recall", "all_passed") if c in next(iter(groups.values()))]
+        lines += ["", f"## By {field}", "", _table([{field: v, **m} for v, m in groups.items()], cols, field)]
     failed = [t for t in trajs if t.error is not None]
     if failed:
         lines += ["", f"## {len(failed)} tasks could not run", ""] + [f"- `{t.task_id}`: {t.error}" for t in failed]

@@ -1,0 +1,89 @@
+"""`sleuth compare RUN_A RUN_B`: two evaluation runs side by side on the tasks they share, with the
+difference of each metric and its 95% paired-bootstrap confidence interval (tasks resampled with
+replacement; per-task values are means over that task's samples)."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from sleuth.agents.evaluate import load_trajectories
+from sleuth.agents.trajectory import Trajectory
+
+METRICS = ("score", "em", "f1", "support_recall", "all_passed")
+
+
+def per_task(trajs: list[Trajectory]) -> dict[str, dict[str, float]]:
+    acc: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for t in trajs:
+        if t.error is not None:
+            continue
+        verdict = t.verdict or {}
+        acc[t.task_id]["score"].append(float(verdict.get("score", 0.0)))
+        for key, value in verdict.get("details", {}).items():
+            if key in METRICS and isinstance(value, (int, float)):
+                acc[t.task_id][key].append(float(value))
+    return {tid: {k: sum(v) / len(v) for k, v in m.items()} for tid, m in acc.items()}
+
+
+def bootstrap_ci(diffs: list[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    rng = random.Random(seed)
+    n = len(diffs)
+    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
+    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
+
+
+def compare(run_a: str | Path, run_b: str | Path, resamples: int = 2000) -> dict[str, Any]:
+    a = per_task(load_trajectories(Path(run_a) / "trajectories.jsonl"))
+    b = per_task(load_trajectories(Path(run_b) / "trajectories.jsonl"))
+    if not a or not b:
+        raise FileNotFoundError(f"no trajectories in {run_a if not a else run_b}")
+    shared = sorted(set(a) & set(b))
+    rows = []
+    for m in METRICS:
+        ids = [t for t in shared if m in a[t] and m in b[t]]
+        if not ids:
+            continue
+        diffs = [b[t][m] - a[t][m] for t in ids]
+        low, high = bootstrap_ci(diffs, resamples)
+        rows.append({"metric": m, "n": len(ids), "a": sum(a[t][m] for t in ids) / len(ids),
+                     "b": sum(b[t][m] for t in ids) / len(ids), "diff": sum(diffs) / len(diffs),
+                     "ci_low": low, "ci_high": high})
+    return {"a": str(run_a), "b": str(run_b), "shared_tasks": len(shared), "only_a": len(set(a) - set(b)),
+            "only_b": len(set(b) - set(a)), "rows": rows}
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    lines = [f"A = `{result['a']}`, B = `{result['b']}`: {result['shared_tasks']} shared tasks "
+             f"({result['only_a']} only in A, {result['only_b']} only in B).", "",
+             "| metric | n | A | B | B − A | 95% CI (paired bootstrap) |", "|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        mark = " *" if r["ci_low"] > 0 or r["ci_high"] < 0 else ""
+        lines.append(f"| {r['metric']} | {r['n']} | {r['a']:.3f} | {r['b']:.3f} | {r['diff']:+.3f}{mark} | "
+                     f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] |")
+    lines += ["", "`*`: the interval excludes 0."]
+    return "\n".join(lines)
+
+
+def write_comparison_plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(rows)), 3.6))
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], [r["a"] for r in rows], 0.4, label="A")
+    ax.bar([i + 0.2 for i in x], [r["b"] for r in rows], 0.4, label="B",
+           yerr=[[r["b"] - (r["a"] + r["ci_low"]) for r in rows], [(r["a"] + r["ci_high"]) - r["b"] for r in rows]],
+           capsize=3)
+    ax.set_xticks(list(x), [r["metric"] for r in rows])
+    ax.set_ylim(0, 1.05)
+    ax.legend()
+    ax.set_title("B vs A (error bars: 95% CI of B − A, placed on B)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,66 @@
+import json
+
+import pytest
+
+from sleuth.agents.breakdown import breakdown, pass_at_k, pass_at_ks
+from sleuth.agents.compare import bootstrap_ci, compare
+from sleuth.agents.trajectory import Trajectory
+from sleuth.cli import main
+from sleuth.tasks import Task
+
+
+def traj(task_id, score, **details):
+    return Trajectory(task_id, "env", [], verdict={"score": score, "details": details}, terminated=True)
+
+
+@pytest.mark.parametrize("n, c, k, expected", [(5, 2, 2, 1 - 3 / 10), (4, 1, 1, 0.25), (3, 0, 1, 0.0),
+                                               (3, 3, 1, 1.0), (5, 4, 2, 1.0), (10, 3, 5, 1 - 21 / 252)])
+def test_pass_at_k_unbiased_estimator_by_hand(n, c, k, expected):
+    assert pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+def test_pass_at_ks_over_tasks():
+    trajs = [traj("a", 1.0), traj("a", 0.0), traj("b", 0.0), traj("b", 0.0)]
+    # task a: pass@1 = 1/2, pass@2 = 1; task b: 0 and 0
+    assert pass_at_ks(trajs) == {"pass@1": 0.25, "pass@2": 0.5}
+
+
+def test_breakdown_by_task_fields():
+    tasks = [Task("a", "q", payload={"type": "bridge"}, source="hotpotqa"),
+             Task("b", "q", payload={"type": "comparison"}, source="hotpotqa")]
+    trajs = [traj("a", 1.0, em=1.0), traj("a", 0.0, em=0.0), traj("b", 0.5, em=0.0)]
+    out = breakdown(trajs, tasks)
+    assert list(out) == ["type"]  # one source only: no breakdown by source
+    assert out["type"]["bridge"] == {"n": 2, "score": 0.5, "em": 0.5}
+    assert out["type"]["comparison"] == {"n": 1, "score": 0.5, "em": 0.0}
+
+
+def test_bootstrap_ci_brackets_the_mean_and_collapses_without_variance():
+    low, high = bootstrap_ci([0.0, 1.0] * 50)
+    assert low < 0.5 < high and high - low < 0.3
+    assert bootstrap_ci([0.2] * 10) == (pytest.approx(0.2), pytest.approx(0.2))
+
+
+def test_samples_resume_compare_and_report(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--limit", "5", "--samples", "2",
+                 "--out", str(a)]) == 0
+    lines = (a / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == 10
+    (a / "trajectories.jsonl").write_text("\n".join(lines[:7]) + "\n")  # interrupted after 7 episodes
+    assert main(["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--limit", "5", "--samples", "2",
+                 "--out", str(a)]) == 0
+    summary = json.loads((a / "summary.json").read_text())
+    assert summary["n"] == 10 and summary["pass@1"] == 1.0 and summary["pass@2"] == 1.0
+    samples = sorted(json.loads(x)["meta"]["sample"] for x in (a / "trajectories.jsonl").read_text().splitlines())
+    assert samples == [0] * 5 + [1] * 5
+    assert "## By type" in (a / "report.md").read_text()
+    assert main(["eval", "--tasks", "hotpotqa:test", "--policy", "first-k", "--limit", "5", "--out", str(b)]) == 0
+    result = compare(a, b)
+    em = next(r for r in result["rows"] if r["metric"] == "em")
+    assert result["shared_tasks"] == 5 and em["a"] == 1.0 and em["diff"] == pytest.approx(em["b"] - 1.0)
+    assert em["ci_high"] < 0  # the oracle is better on every task
+    capsys.readouterr()
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == 0
+    assert "| em | 5 | 1.000 |" in capsys.readouterr().out and (tmp_path / "cmp" / "compare.png").exists()
+    assert main(["compare", str(a), str(tmp_path / "missing")]) == 2
