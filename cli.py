@@ -176,6 +176,18 @@ def cmd_serve_retrieval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve_env(args: argparse.Namespace) -> int:
+    from sleuth.envs.env_server import serve
+
+    try:
+        env_kwargs = _kv(args.env_arg)
+        print(f"serving {args.env} on http://{args.host}:{args.port} (at most {args.max_sessions} sessions)", flush=True)
+        serve(args.env, args.host, args.port, env_kwargs, args.max_sessions, args.session_timeout)
+    except Exception as e:  # a bad env id or argument: say so instead of a traceback
+        return _fail(f"cannot serve {args.env}: {type(e).__name__}: {e}")
+    return 0
+
+
 def cmd_serve_verifier(args: argparse.Namespace) -> int:
     from sleuth.verifiers.server import serve
 
@@ -277,6 +289,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--host", default="127.0.0.1")
     r.add_argument("--port", type=int, default=8000)
     r.set_defaults(fn=cmd_serve_retrieval)
+    en = sv.add_parser("env", help="serve an env over HTTP (sessions: reset / step / close)")
+    en.add_argument("--env", required=True)
+    en.add_argument("--host", default="127.0.0.1")
+    en.add_argument("--port", type=int, default=8002)
+    en.add_argument("--max-sessions", type=int, default=64)
+    en.add_argument("--session-timeout", type=float, default=600.0, help="close sessions idle this long (s)")
+    en.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    en.set_defaults(fn=cmd_serve_env)
     v = sv.add_parser("verifier", help="serve a verifier over HTTP (POST /score, POST /get_reward, GET /health)")
     v.add_argument("--name", required=True, choices=["qa", "code"])
     v.add_argument("--host", default="127.0.0.1")

@@ -3,6 +3,7 @@ finished episode yielded as an exact token-level `Trajectory` as soon as it ends
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -68,7 +69,18 @@ def run_episodes(
         generations = policy.generate(requests, sampling)
         still: list[_Episode] = []
         for ep, gen in zip(live, generations, strict=True):
-            _, reward, terminated, truncated, info = ep.env.step(gen.text)
+            try:
+                _, reward, terminated, truncated, info = ep.env.step(gen.text)
+            except Exception as e:  # the env itself failed (a dead env server): end this episode, keep the rest
+                turn = Turn(gen.ids, gen.logprobs, gen.text, policy_version=policy.version,
+                            finish_reason=gen.finish_reason, error=f"env failed: {type(e).__name__}: {e}")
+                ep.traj.turns.append(turn)
+                ep.traj.stop_reason = "env_error"
+                ep.traj.meta["env_error"] = turn.error
+                with contextlib.suppress(Exception):
+                    ep.env.close()
+                yield _finish(ep, False, True, {}, [])  # the broken env is not reused
+                continue
             new_messages = info.pop("messages", [])
             turn = Turn(gen.ids, gen.logprobs, gen.text, tool_call=info.get("tool_call"), error=info.get("error"),
                         reward=float(reward), info=info, policy_version=policy.version, finish_reason=gen.finish_reason)

@@ -44,3 +44,4 @@ def registered() -> dict[str, str]:
 register("DocRead-v0", "sleuth.envs.docread:DocReadEnv")
 register("Code-v0", "sleuth.envs.code:CodeEnv")
 register("Search-v0", "sleuth.envs.search:SearchEnv")
+register("Remote-v0", "sleuth.envs.remote:RemoteEnv")

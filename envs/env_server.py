@@ -1,0 +1,138 @@
+"""Envs behind HTTP: `sleuth serve env --env ID --port P [--max-sessions N]` (FastAPI on uvicorn).
+
+POST   /sessions                  {"kwargs": {...}} → {"session_id"}   (429 beyond max_sessions)
+POST   /sessions/{id}/reset       {"task": {...}, "seed": int?}  → {"observation", "info"}
+POST   /sessions/{id}/step        {"action": "..."}  → {"observation", "reward", "terminated", "truncated", "info"}
+DELETE /sessions/{id}
+GET    /health                    → {"env", "sessions", "max_sessions"}
+Sessions idle longer than `session_timeout_s` are closed by a reaper; unknown ids are 404, a step before
+reset is 409, malformed bodies 422. Env calls run in the server's thread pool (a code env's step waits on
+its sandbox).
+
+(No `from __future__ import annotations`: FastAPI must see the request models as real classes.)"""
+
+import asyncio
+import contextlib
+import threading
+import time
+import uuid
+from typing import Any
+
+
+def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessions: int = 64,
+               session_timeout_s: float = 600.0):
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+    from pydantic import BaseModel, Field
+
+    from sleuth.envs.registry import make
+
+    make(env_id, **(env_kwargs or {})).close()  # a bad env id or argument fails at start-up
+    sessions: dict[str, dict[str, Any]] = {}
+    lock = threading.Lock()
+
+    class Create(BaseModel):
+        kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    class Reset(BaseModel):
+        task: dict[str, Any]
+        seed: int | None = None
+
+    class Step(BaseModel):
+        action: str = Field(max_length=1_000_000)
+
+    def close(sid: str) -> None:
+        with lock:
+            s = sessions.pop(sid, None)
+        if s is not None:
+            with contextlib.suppress(Exception):
+                s["env"].close()
+
+    async def reap() -> None:
+        while True:
+            await asyncio.sleep(min(10.0, session_timeout_s / 2))
+            now = time.monotonic()
+            for sid in [k for k, s in list(sessions.items()) if now - s["used"] > session_timeout_s]:
+                close(sid)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        task = asyncio.create_task(reap())
+        yield
+        task.cancel()
+        for sid in list(sessions):
+            close(sid)
+
+    app = FastAPI(title=f"sleuth env server: {env_id}", lifespan=lifespan)
+
+    def session(sid: str):
+        s = sessions.get(sid)
+        if s is None:
+            return None, JSONResponse({"detail": f"no session {sid!r} (closed, timed out, or never opened)"}, 404)
+        s["used"] = time.monotonic()
+        return s, None
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "env": env_id, "sessions": len(sessions), "max_sessions": max_sessions}
+
+    @app.post("/sessions")
+    def create(req: Create):
+        with lock:
+            if len(sessions) >= max_sessions:
+                return JSONResponse({"detail": f"the server is at its limit of {max_sessions} sessions"}, 429)
+            sid = uuid.uuid4().hex
+            sessions[sid] = {"env": None, "used": time.monotonic(), "reset": False}
+        try:
+            env = make(env_id, **{**(env_kwargs or {}), **req.kwargs})
+        except Exception as e:  # a bad kwarg from this client: its mistake, not the server's
+            with lock:
+                sessions.pop(sid, None)
+            return JSONResponse({"detail": f"cannot build {env_id}: {type(e).__name__}: {e}"}, 422)
+        sessions[sid]["env"] = env
+        return {"session_id": sid}
+
+    @app.post("/sessions/{sid}/reset")
+    def reset(sid: str, req: Reset):
+        s, err = session(sid)
+        if err:
+            return err
+        try:
+            obs, info = s["env"].reset(seed=req.seed, options={"task": req.task})
+        except (ValueError, TypeError, KeyError) as e:
+            return JSONResponse({"detail": f"reset failed: {type(e).__name__}: {e}"}, 422)
+        s["reset"] = True
+        return {"observation": obs, "info": info}
+
+    @app.post("/sessions/{sid}/step")
+    def step(sid: str, req: Step):
+        s, err = session(sid)
+        if err:
+            return err
+        if not s["reset"]:
+            return JSONResponse({"detail": "reset the session before stepping it"}, 409)
+        try:
+            obs, reward, terminated, truncated, info = s["env"].step(req.action)
+        except RuntimeError as e:  # stepping a finished episode
+            return JSONResponse({"detail": str(e)}, 409)
+        if terminated or truncated:
+            s["reset"] = False
+        return {"observation": obs, "reward": float(reward), "terminated": bool(terminated),
+                "truncated": bool(truncated), "info": info}
+
+    @app.delete("/sessions/{sid}")
+    def delete(sid: str):
+        if sid not in sessions:
+            return JSONResponse({"detail": f"no session {sid!r}"}, 404)
+        close(sid)
+        return {"closed": sid}
+
+    return app
+
+
+def serve(env_id: str, host: str = "127.0.0.1", port: int = 8002, env_kwargs: dict[str, Any] | None = None,
+          max_sessions: int = 64, session_timeout_s: float = 600.0) -> None:
+    import uvicorn
+
+    uvicorn.run(create_app(env_id, env_kwargs, max_sessions, session_timeout_s), host=host, port=port,
+                log_level="warning")

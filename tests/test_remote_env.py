@@ -1,0 +1,143 @@
+"""Envs behind HTTP: sessions, limits, faults, and the agent loop spread over several servers."""
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+import sleuth
+from sleuth.agents.loop import run_episodes
+from sleuth.agents.policies import load_policy
+from sleuth.envs.env_server import create_app
+from sleuth.envs.remote import RemoteEnv, RemoteEnvError
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@contextlib.contextmanager
+def in_thread(app):
+    import uvicorn
+
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    t = threading.Thread(target=srv.run, daemon=True)
+    t.start()
+    for _ in range(300):
+        if srv.started:
+            break
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        t.join(5)
+
+
+@contextlib.contextmanager
+def subprocess_server(env_id="sleuth/DocRead-v0"):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "sleuth.cli", "serve", "env", "--env", env_id, "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        yield url, proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def test_sessions_limits_and_errors(hotpot_tasks):
+    with in_thread(create_app("sleuth/DocRead-v0", max_sessions=2)) as url:
+        a = httpx.post(f"{url}/sessions", json={}).json()["session_id"]
+        httpx.post(f"{url}/sessions", json={"kwargs": {"harness": "text"}})
+        full = httpx.post(f"{url}/sessions", json={})
+        assert full.status_code == 429 and "limit of 2" in full.json()["detail"]
+        assert httpx.post(f"{url}/sessions/{a}/step", json={"action": "read 1"}).status_code == 409
+        assert httpx.post(f"{url}/sessions/nope/reset", json={"task": hotpot_tasks[0].to_dict()}).status_code == 404
+        assert httpx.post(f"{url}/sessions/{a}/reset", json={"task": {"id": "x"}}).status_code == 422
+        assert httpx.post(f"{url}/sessions/{a}/step", json={"wrong": 1}).status_code == 422
+        assert httpx.delete(f"{url}/sessions/{a}").status_code == 200
+        assert httpx.get(f"{url}/health").json()["sessions"] == 1
+        bad = httpx.post(f"{url}/sessions", json={"kwargs": {"colour": "blue"}})
+        assert bad.status_code == 422 and "colour" in bad.json()["detail"]
+
+
+def test_idle_sessions_are_reaped():
+    with in_thread(create_app("sleuth/DocRead-v0", session_timeout_s=0.3)) as url:
+        sid = httpx.post(f"{url}/sessions", json={}).json()["session_id"]
+        time.sleep(1.0)
+        assert httpx.get(f"{url}/health").json()["sessions"] == 0
+        assert httpx.post(f"{url}/sessions/{sid}/step", json={"action": "x"}).status_code == 404
+
+
+def test_remote_env_behaves_like_the_local_one(hotpot_tasks):
+    with in_thread(create_app("sleuth/DocRead-v0")) as url:
+        remote = sleuth.make("Remote-v0", url=url, harness="json")
+        local = sleuth.make("DocRead-v0", harness="json")
+        task = hotpot_tasks[0]
+        assert remote.reset(options={"task": task}) == local.reset(options={"task": task})
+        for action in ['<tool_call>{"name": "read", "arguments": {"doc": 7}}</tool_call>', "junk",
+                       '<tool_call>{"name": "answer", "arguments": {"text": "Denise Levertov"}}</tool_call>']:
+            assert remote.step(action) == local.step(action)
+        remote.close()
+
+
+def test_agent_loop_spreads_episodes_over_two_servers(hotpot_tasks):
+    with in_thread(create_app("sleuth/DocRead-v0")) as a, in_thread(create_app("sleuth/DocRead-v0")) as b:
+        trajs = list(run_episodes(lambda: RemoteEnv(f"{a},{b}"), hotpot_tasks[:8], load_policy("oracle"),
+                                  concurrency=4))
+        assert len(trajs) == 8 and all(t.reward == 1.0 for t in trajs)
+
+
+class KillsServer:
+    """Test double around the oracle: kills the env server after the first round of generation."""
+
+    def __init__(self, proc):
+        self.inner, self.proc, self.calls = load_policy("oracle"), proc, 0
+        self.name, self.version, self.tokenizer = "oracle", 0, self.inner.tokenizer
+
+    def generate(self, requests, sampling):
+        self.calls += 1
+        if self.calls == 2:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        return self.inner.generate(requests, sampling)
+
+
+def test_a_killed_server_truncates_episodes_and_loses_none(hotpot_tasks):
+    with subprocess_server() as (url, proc):
+        start = time.perf_counter()
+        trajs = list(run_episodes(lambda: RemoteEnv(url, timeout=5, retries=1), hotpot_tasks[:4],
+                                  KillsServer(proc), concurrency=2))
+        assert time.perf_counter() - start < 30  # no hang
+    assert sorted(t.task_id for t in trajs) == sorted(t.id for t in hotpot_tasks[:4])
+    broken = [t for t in trajs if t.stop_reason == "env_error"]
+    assert len(broken) == 2 and all(t.truncated and "unreachable" in t.meta["env_error"] for t in broken)
+    assert all("reset failed" in t.error for t in trajs if t.stop_reason == "error")
+
+
+def test_remote_env_errors_are_clear():
+    with pytest.raises(ValueError, match="url"):
+        RemoteEnv("")
+    env = RemoteEnv(f"http://127.0.0.1:{free_port()}", timeout=1, retries=0)
+    with pytest.raises(RemoteEnvError, match="unreachable"):
+        env.reset(options={"task": {"id": "x", "question": "q"}})
