@@ -42,6 +42,7 @@ bench: setup
 	$(PY) bench/sandbox.py
 	$(PY) bench/retrieval.py
 	$(PY) bench/verifier_server.py
+	$(PY) bench/env_server.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -69,7 +69,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                     lambda h=harness: sleuth.make(args.env, harness=h, **env_args), tasks, policy,
                     out / run if multi else out, sampling, args.concurrency, args.env,
                     meta={"tasks": args.tasks, "harness": harness, "run": run}, resume=not args.no_resume,
-                    samples=args.samples,
+                    samples=args.samples, env_workers=args.env_workers,
                 )
             except ValueError as e:  # e.g. a baseline that does not apply to this env
                 return _fail(f"{run}: {e} (finished episodes are kept in {out})")
@@ -250,6 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="extra env kwargs")
     e.add_argument("--no-resume", action="store_true", help="start over instead of resuming trajectories.jsonl")
+    e.add_argument("--env-workers", type=int, default=0,
+                   help="threads stepping envs in parallel (use with Code-v0 sandboxes or Remote-v0 servers)")
     e.add_argument("--samples", type=int, default=1, help="episodes per task; pass@k is reported (use --temperature > 0)")
     e.set_defaults(fn=cmd_eval)
     c = sub.add_parser("compare", help="two eval runs side by side, with paired-bootstrap confidence intervals")

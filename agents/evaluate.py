@@ -92,6 +92,7 @@ def evaluate(
     resume: bool = True,
     progress: bool = True,
     samples: int = 1,
+    env_workers: int = 0,
 ) -> dict[str, Any]:
     """Evaluate and write `trajectories.jsonl`, `summary.json`, `report.md` and `report.png` in `out_dir`.
     `samples` episodes per task (pass@k is reported; sample with temperature > 0 for it to mean anything)."""
@@ -114,7 +115,7 @@ def evaluate(
     start = time.perf_counter()
     with open(traj_path, "a", encoding="utf-8") as f, tqdm(total=total, initial=total - len(todo),
                                                            desc=f"eval {policy.name}", disable=not progress) as bar:
-        for traj in run_episodes(make_env, todo, policy, sampling, concurrency, env_id):
+        for traj in run_episodes(make_env, todo, policy, sampling, concurrency, env_id, env_workers=env_workers):
             traj.meta["sample"] = have[traj.task_id]
             have[traj.task_id] += 1
             f.write(traj.to_json() + "\n")

@@ -7,6 +7,7 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,16 +38,39 @@ def run_episodes(
     concurrency: int = 8,
     env_id: str = "",
     max_context: int | None = None,
+    env_workers: int = 0,
 ) -> Iterator[Trajectory]:
     """Yield one Trajectory per task, in completion order. A task whose env fails to reset yields a
-    trajectory with `error` set (nothing is silently dropped). `max_context` (default: the policy's)
-    truncates an episode whose next turn would not fit."""
+    trajectory with `error` set, an env that fails mid-episode a truncated one with the reason (nothing is
+    silently dropped). `max_context` (default: the policy's) truncates an episode whose next turn would
+    not fit. `env_workers` > 0 steps the envs of a round in that many threads: worth it when steps wait
+    on something (env servers, sandboxes); in-process steps of microseconds are faster inline."""
     sampling = sampling or SamplingParams()
     renderer = ChatRenderer(policy.tokenizer)
     limit = max_context or getattr(policy, "max_context", None) or 1 << 30
     pending = deque(tasks)
     idle: list[gymnasium.Env] = []
     live: list[_Episode] = []
+    pool = ThreadPoolExecutor(env_workers, thread_name_prefix="sleuth-env") if env_workers > 0 else None
+    try:
+        yield from _loop(make_env, pending, policy, sampling, concurrency, env_id, renderer, limit, idle, live, pool)
+    finally:
+        if pool:
+            pool.shutdown(wait=False)
+
+
+def _step(pair: tuple[_Episode, Any]) -> Any:
+    ep, gen = pair
+    try:
+        return ep.env.step(gen.text)
+    except Exception as e:  # reported per episode by the caller
+        return e
+
+
+def _loop(make_env: Callable[[], gymnasium.Env], pending: deque, policy: Policy, sampling: SamplingParams,
+          concurrency: int, env_id: str, renderer: ChatRenderer, limit: int, idle: list, live: list[_Episode],
+          pool: ThreadPoolExecutor | None) -> Iterator[Trajectory]:
+    """The rounds: top up live episodes, one batched generation for all, step every env, record."""
     while pending or live:
         while pending and len(live) < concurrency:
             task = pending.popleft()
@@ -68,10 +92,11 @@ def run_episodes(
         requests = [Request(ep.context, ep.messages, ep.task, len(ep.traj.turns), ep.reset_info) for ep in live]
         generations = policy.generate(requests, sampling)
         still: list[_Episode] = []
-        for ep, gen in zip(live, generations, strict=True):
-            try:
-                _, reward, terminated, truncated, info = ep.env.step(gen.text)
-            except Exception as e:  # the env itself failed (a dead env server): end this episode, keep the rest
+        pairs = list(zip(live, generations, strict=True))
+        outcomes = pool.map(_step, pairs) if pool else map(_step, pairs)
+        for (ep, gen), outcome in zip(pairs, outcomes, strict=True):
+            if isinstance(outcome, Exception):  # the env itself failed (a dead env server): end this episode
+                e = outcome
                 turn = Turn(gen.ids, gen.logprobs, gen.text, policy_version=policy.version,
                             finish_reason=gen.finish_reason, error=f"env failed: {type(e).__name__}: {e}")
                 ep.traj.turns.append(turn)
@@ -81,6 +106,7 @@ def run_episodes(
                     ep.env.close()
                 yield _finish(ep, False, True, {}, [])  # the broken env is not reused
                 continue
+            _, reward, terminated, truncated, info = outcome
             new_messages = info.pop("messages", [])
             turn = Turn(gen.ids, gen.logprobs, gen.text, tool_call=info.get("tool_call"), error=info.get("error"),
                         reward=float(reward), info=info, policy_version=policy.version, finish_reason=gen.finish_reason)
