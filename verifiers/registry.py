@@ -22,7 +22,12 @@ def get_verifier(name: str) -> Callable[..., Verdict]:
         from sleuth.verifiers.code import CodeVerifier
 
         return CodeVerifier()
-    raise ValueError(f"unknown verifier {name!r}; known: {', '.join(VERIFIERS)}")
+    import importlib.metadata
+
+    for ep in importlib.metadata.entry_points(group="sleuth.verifiers"):  # plugins: name → "module:factory"
+        if ep.name == name:
+            return ep.load()()
+    raise ValueError(f"unknown verifier {name!r}; known: {', '.join(VERIFIERS)} (and plugins)")
 
 
 def extractor(name: str) -> Callable[[str], str]:
