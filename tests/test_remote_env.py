@@ -144,3 +144,24 @@ def test_remote_env_errors_are_clear():
     env = RemoteEnv(f"http://127.0.0.1:{free_port()}", timeout=1, retries=0)
     with pytest.raises(RemoteEnvError, match="unreachable"):
         env.reset(options={"task": {"id": "x", "question": "q"}})
+
+
+def test_async_remote_env_runs_concurrent_episodes(hotpot_tasks):
+    import asyncio
+
+    from sleuth.envs.remote import AsyncRemoteEnv
+
+    async def episode(url, task):
+        env = AsyncRemoteEnv(url, harness="text")
+        obs, info = await env.reset(options={"task": task})
+        assert info["format"] == "text"
+        _, reward, terminated, _, _ = await env.step(f"answer: {task.answer}")
+        await env.aclose()
+        return reward, terminated
+
+    async def main(url):
+        return await asyncio.gather(*(episode(url, t) for t in hotpot_tasks[:6]))
+
+    with in_thread(create_app("sleuth/DocRead-v0")) as url:
+        results = asyncio.run(main(url))
+    assert results == [(1.0, True)] * 6
