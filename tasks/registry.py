@@ -25,19 +25,26 @@ _SOURCES: dict[str, tuple[Loader, str, str]] = {
 }
 
 
-def register_tasks(name: str, loader: Loader, folder: str | None = None, default_split: str = "test") -> None:
+_GENERATED: set[str] = set()  # sources whose loader makes its tasks itself (no file per split needed)
+
+
+def register_tasks(name: str, loader: Loader, folder: str | None = None, default_split: str = "test",
+                   needs_files: bool = True) -> None:
     """Add a task source; `loader(path, split)` returns Tasks."""
     _SOURCES[name] = (loader, folder or name, default_split)
+    if not needs_files:
+        _GENERATED.add(name)
 
 
 def _load_plugin(name: str) -> None:
     """Task loaders from other packages: entry-point group `sleuth.tasks`, name → "module:loader", where
-    `loader(path, split) -> list[Task]` and files live in `<data dir>/<name>/<split>.jsonl`."""
+    `loader(path, split) -> list[Task]`; `path` is `<data dir>/<name>/<split>.jsonl`, which a loader that
+    generates its tasks may ignore (a missing file is then the loader's business)."""
     import importlib.metadata
 
     for ep in importlib.metadata.entry_points(group="sleuth.tasks"):
         if ep.name == name:
-            register_tasks(name, ep.load())
+            register_tasks(name, ep.load(), needs_files=False)
 
 
 def task_sources() -> list[str]:
@@ -80,7 +87,7 @@ def load_tasks(spec: str, limit: int | None = None) -> list[Task]:
     else:
         split = rest
         path = data_dir() / folder / f"{split}.jsonl"
-        if not path.exists():
+        if not path.exists() and name not in _GENERATED:
             avail = sorted(p.stem for p in path.parent.glob("*.jsonl")) if path.parent.is_dir() else []
             raise FileNotFoundError(f"no split {split!r} for {name} at {path}; available: {avail}")
     tasks = loader(path, split)

@@ -43,8 +43,7 @@ def plugin_package(tmp_path, monkeypatch):
         "[sleuth.tasks]\nacme = acme_plugin:load\n\n"
         "[sleuth.verifiers]\nloud = acme_plugin:Loud\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    (tmp_path / "data" / "acme").mkdir(parents=True)
-    (tmp_path / "data" / "acme" / "test.jsonl").write_text("{}\n")
+    (tmp_path / "data").mkdir()
     monkeypatch.setenv("SLEUTH_DATA", str(tmp_path / "data"))
     yield
     sys.modules.pop("acme_plugin", None)
