@@ -6,54 +6,26 @@ Run: `make bench` (or `.venv/bin/python bench/env_server.py`)."""
 from __future__ import annotations
 
 import contextlib
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import gymnasium
-import httpx
 
 import sleuth
 from sleuth.agents.loop import run_episodes
 from sleuth.agents.policies import load_policy
 from sleuth.envs.remote import RemoteEnv
+from sleuth.serving import subprocess_server
 from sleuth.tasks import load_tasks
 
 EPISODES, CONCURRENCY = 200, 32
 
 
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 @contextlib.contextmanager
 def servers(n: int):
-    procs, urls = [], []
-    try:
-        for _ in range(n):
-            port = free_port()
-            procs.append(subprocess.Popen([sys.executable, "-m", "sleuth.cli", "serve", "env", "--env",
-                                           "sleuth/DocRead-v0", "--port", str(port), "--max-sessions", "128"],
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            urls.append(f"http://127.0.0.1:{port}")
-        for url in urls:
-            for _ in range(300):
-                try:
-                    if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.1)
-        yield urls
-    finally:
-        for p in procs:
-            p.terminate()
-            p.wait(10)
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(subprocess_server(["env", "--env", "sleuth/DocRead-v0", "--max-sessions", "128"]))[0]
+               for _ in range(n)]
 
 
 class Timed(gymnasium.Wrapper):

@@ -15,9 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,6 +22,7 @@ from sleuth.envs.retrieval.bm25 import BM25Index
 from sleuth.envs.retrieval.corpus import load_corpus
 from sleuth.envs.retrieval.index import load_index
 from sleuth.envs.retrieval.metrics import ndcg_at_k, read_qrels, recall_at_k
+from sleuth.serving import subprocess_server
 from sleuth.tasks import data_dir
 
 OUT = Path("runs/bench")
@@ -65,14 +63,6 @@ def cached_index(kind: str, docs, build) -> tuple[object, float]:
     return index, seconds
 
 
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 async def load_test(url: str, queries: list[str], clients: int = 16, requests: int = 800) -> dict[str, float]:
     import httpx
 
@@ -103,22 +93,8 @@ async def load_test(url: str, queries: list[str], clients: int = 16, requests: i
 
 
 def server_bench(index_dir: Path, queries: list[str]) -> dict[str, float]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "sleuth.cli", "serve", "retrieval", "--index", str(index_dir),
-                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        import httpx
-
-        for _ in range(300):
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        return asyncio.run(load_test(f"http://127.0.0.1:{port}", queries))
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with subprocess_server(["retrieval", "--index", str(index_dir)]) as (url, _):
+        return asyncio.run(load_test(url, queries))
 
 
 def search_step_overhead(index) -> dict[str, float]:

@@ -7,26 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 
+from sleuth.serving import subprocess_server
 from sleuth.tasks import data_dir
 from sleuth.verifiers.registry import verdict
 
 CLIENTS, REQUESTS = 16, 400
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def records(name: str) -> list[dict]:
@@ -75,21 +65,8 @@ def main() -> None:
         for r in recs[:n]:
             verdict(name, r, r["response"], extract=False)
         local = n / (time.perf_counter() - start)
-        port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "sleuth.cli", "serve", "verifier", "--name", name,
-                                 "--port", str(port), "--workers", "2"], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        try:
-            for _ in range(300):
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.1)
-            res = asyncio.run(hammer(f"http://127.0.0.1:{port}", recs))
-        finally:
-            proc.terminate()
-            proc.wait(10)
+        with subprocess_server(["verifier", "--name", name, "--workers", "2"]) as (url, _):
+            res = asyncio.run(hammer(url, recs))
         lines.append(f"| {name} | {res['rps']:.0f} | {res['p50']:.1f} | {res['p99']:.1f} | {res['errors']} | "
                      f"{local:.0f} | {local / res['rps']:.2f} |")
     report = "\n".join(lines)

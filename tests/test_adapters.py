@@ -1,17 +1,14 @@
 """Verifiers inside other trainers: TRL (run for real), verl (called as its loader calls it), OpenRLHF
 (its documented request and response), and the verifier server."""
 
-import contextlib
 import importlib.util
 import json
-import socket
-import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from sleuth.serving import in_thread
 from sleuth.tasks import load_tasks
 from sleuth.verifiers.adapters import compute_score, reward_func, trl_reward
 from sleuth.verifiers.qa import QAVerifier
@@ -105,33 +102,11 @@ def test_openrlhf_reward_func_file_form():
         reward_func(["abc"], ["xyz"], ["a"])
 
 
-@contextlib.contextmanager
-def running(app):
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    t = threading.Thread(target=srv.run, daemon=True)
-    t.start()
-    for _ in range(200):
-        if srv.started:
-            break
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        srv.should_exit = True
-        t.join(5)
-
-
 @pytest.fixture(scope="module", params=["qa", "code"])
 def verifier_server(request):
     from sleuth.verifiers.server import create_app
 
-    with running(create_app(request.param, workers=2, max_records=8)) as url:
+    with in_thread(create_app(request.param, workers=2, max_records=8)) as url:
         yield request.param, url
 
 
@@ -161,7 +136,7 @@ def test_verifier_server_speaks_openrlhf():
 
     prompt = "<|im_start|>user\nWho wrote Hamlet?<|im_end|>\n<|im_start|>assistant\n"
     body = {"query": [prompt + "William Shakespeare<|im_end|>"], "prompts": [prompt], "labels": ["William Shakespeare"]}
-    with running(create_app("qa")) as url:
+    with in_thread(create_app("qa")) as url:
         r = httpx.post(f"{url}/get_reward", json=body)
         assert r.status_code == 200 and r.json()["rewards"] == [1.0] and r.json()["scores"] == [1.0]
         bad = httpx.post(f"{url}/get_reward", json={**body, "prompts": ["something else"]})

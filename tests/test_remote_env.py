@@ -1,12 +1,7 @@
 """Envs behind HTTP: sessions, limits, faults, and the agent loop spread over several servers."""
 
-import contextlib
 import os
 import signal
-import socket
-import subprocess
-import sys
-import threading
 import time
 
 import httpx
@@ -17,53 +12,7 @@ from sleuth.agents.loop import run_episodes
 from sleuth.agents.policies import load_policy
 from sleuth.envs.env_server import create_app
 from sleuth.envs.remote import RemoteEnv, RemoteEnvError
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-@contextlib.contextmanager
-def in_thread(app):
-    import uvicorn
-
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    t = threading.Thread(target=srv.run, daemon=True)
-    t.start()
-    for _ in range(300):
-        if srv.started:
-            break
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        srv.should_exit = True
-        t.join(5)
-
-
-@contextlib.contextmanager
-def subprocess_server(env_id="sleuth/DocRead-v0"):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "sleuth.cli", "serve", "env", "--env", env_id, "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        yield url, proc
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+from sleuth.serving import free_port, in_thread, subprocess_server
 
 
 def test_sessions_limits_and_errors(hotpot_tasks):
@@ -127,7 +76,7 @@ class KillsServer:
 
 
 def test_a_killed_server_truncates_episodes_and_loses_none(hotpot_tasks):
-    with subprocess_server() as (url, proc):
+    with subprocess_server(["env", "--env", "sleuth/DocRead-v0"]) as (url, proc):
         start = time.perf_counter()
         trajs = list(run_episodes(lambda: RemoteEnv(url, timeout=5, retries=1), hotpot_tasks[:4],
                                   KillsServer(proc), concurrency=2))

@@ -1,7 +1,4 @@
 import json
-import socket
-import threading
-import time
 
 import httpx
 import numpy as np
@@ -16,6 +13,7 @@ from sleuth.envs.retrieval.corpus import Doc, load_corpus
 from sleuth.envs.retrieval.hybrid import rrf
 from sleuth.envs.retrieval.index import load_index
 from sleuth.envs.retrieval.metrics import ndcg_at_k, recall_at_k
+from sleuth.serving import in_thread
 
 DOCS = [
     Doc("a", "Paris", "Paris is the capital of France and its largest city."),
@@ -94,26 +92,11 @@ def test_index_build_and_trec_search_cli(tmp_path, capsys):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    import uvicorn
-
+def server():
     from sleuth.envs.retrieval.server import create_app
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    srv = uvicorn.Server(uvicorn.Config(create_app(BM25Index(DOCS), max_batch=8), host="127.0.0.1", port=port,
-                                        log_level="error"))
-    t = threading.Thread(target=srv.run, daemon=True)
-    t.start()
-    for _ in range(200):
-        if srv.started:
-            break
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    t.join(5)
+    with in_thread(create_app(BM25Index(DOCS), max_batch=8)) as url:
+        yield url
 
 
 def test_server_answers_like_the_index(server):

@@ -1,0 +1,70 @@
+"""Running sleuth's HTTP servers (retrieval, verifier, env) from Python: in a background thread of this
+process, or as a `sleuth serve ...` subprocess, each waiting until the server answers. Used by the tests
+and benchmarks, and handy in notebooks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} did not become healthy within {timeout_s} s")
+
+
+@contextlib.contextmanager
+def in_thread(app) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn in a daemon thread; yields its base URL."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(5)
+
+
+@contextlib.contextmanager
+def subprocess_server(serve_args: Sequence[str]) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`sleuth serve <serve_args> --port P` in its own process group; yields (url, process). The whole
+    group is killed on exit."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "sleuth.cli", "serve", *serve_args, "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url)
+        yield url, proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
