@@ -68,3 +68,16 @@ def subprocess_server(serve_args: Sequence[str]) -> Iterator[tuple[str, subproce
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
+
+
+def limit_body(app, max_bytes: int) -> None:
+    """Answer 413 to any request whose declared body is over `max_bytes` (before it is read)."""
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
+
+    @app.middleware("http")
+    async def _limit(request: Request, call_next):
+        size = request.headers.get("content-length")
+        if size is not None and (not size.isdigit() or int(size) > max_bytes):
+            return JSONResponse({"detail": f"request body over {max_bytes} bytes"}, status_code=413)
+        return await call_next(request)

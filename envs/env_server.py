@@ -18,6 +18,8 @@ import time
 import uuid
 from typing import Any
 
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
 
 def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessions: int = 64,
                session_timeout_s: float = 600.0):
@@ -26,6 +28,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
     from pydantic import BaseModel, Field
 
     from sleuth.envs.registry import make
+    from sleuth.serving import limit_body
 
     make(env_id, **(env_kwargs or {})).close()  # a bad env id or argument fails at start-up
     sessions: dict[str, dict[str, Any]] = {}
@@ -64,6 +67,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
             close(sid)
 
     app = FastAPI(title=f"sleuth env server: {env_id}", lifespan=lifespan)
+    limit_body(app, MAX_BODY_BYTES)
 
     def session(sid: str):
         s = sessions.get(sid)

@@ -29,6 +29,8 @@ def test_sessions_limits_and_errors(hotpot_tasks):
         assert httpx.get(f"{url}/health").json()["sessions"] == 1
         bad = httpx.post(f"{url}/sessions", json={"kwargs": {"colour": "blue"}})
         assert bad.status_code == 422 and "colour" in bad.json()["detail"]
+        huge = httpx.post(f"{url}/sessions", content=b"x" * (5 * 1024 * 1024), headers={"content-type": "application/json"})
+        assert huge.status_code == 413
 
 
 def test_idle_sessions_are_reaped():

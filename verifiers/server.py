@@ -17,10 +17,11 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 
 def create_app(name: str, workers: int = 4, max_records: int = 512):
     import anyio
-    from fastapi import FastAPI, Request
+    from fastapi import FastAPI
     from fastapi.responses import JSONResponse
     from pydantic import BaseModel, Field
 
+    from sleuth.serving import limit_body
     from sleuth.verifiers.adapters.openrlhf import openrlhf_rewards
     from sleuth.verifiers.registry import get_verifier, verdict
 
@@ -39,12 +40,7 @@ def create_app(name: str, workers: int = 4, max_records: int = 512):
 
     app = FastAPI(title=f"sleuth verifier: {name}")
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next):
-        size = request.headers.get("content-length")
-        if size is not None and (not size.isdigit() or int(size) > MAX_BODY_BYTES):
-            return JSONResponse({"detail": f"request body over {MAX_BODY_BYTES} bytes"}, status_code=413)
-        return await call_next(request)
+    limit_body(app, MAX_BODY_BYTES)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

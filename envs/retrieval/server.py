@@ -20,9 +20,11 @@ MAX_BODY_BYTES = 2 * 1024 * 1024
 
 def create_app(retriever: Retriever, max_batch: int = 512, max_k: int = 1000, max_query_chars: int = 10_000,
                info: dict[str, Any] | None = None):
-    from fastapi import FastAPI, Request
+    from fastapi import FastAPI
     from fastapi.responses import JSONResponse
     from pydantic import BaseModel, Field
+
+    from sleuth.serving import limit_body
 
     class SearchRequest(BaseModel):
         queries: list[str] = Field(min_length=1, max_length=max_batch)
@@ -34,12 +36,7 @@ def create_app(retriever: Retriever, max_batch: int = 512, max_k: int = 1000, ma
 
     app = FastAPI(title="sleuth retrieval")
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next):
-        size = request.headers.get("content-length")
-        if size is not None and (not size.isdigit() or int(size) > MAX_BODY_BYTES):
-            return JSONResponse({"detail": f"request body over {MAX_BODY_BYTES} bytes"}, status_code=413)
-        return await call_next(request)
+    limit_body(app, MAX_BODY_BYTES)
 
     @app.get("/health")
     def health() -> dict[str, Any]:
