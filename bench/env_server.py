@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from pathlib import Path
 
 import gymnasium
+from common import publish
 
 import sleuth
 from sleuth.agents.loop import run_episodes
@@ -68,10 +68,7 @@ def main() -> None:
              f"{local['eps'] / threaded['eps']:.1f}x steps in threads (the policy here is scripted and instant, so "
              "this is the HTTP cost alone; with a real model it hides behind generation)."]
     report = "\n".join(lines)
-    print(report)
-    out = Path("runs/bench")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "env_server.md").write_text("# Remote env load test\n\n" + report + "\n")
+    publish("env_server", "Remote env load test", report)
 
 
 if __name__ == "__main__":

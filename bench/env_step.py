@@ -18,9 +18,9 @@ import json
 import re
 import statistics
 import time
-from pathlib import Path
 
 import gymnasium
+from common import publish
 
 import sleuth
 from sleuth.agents.chat import ChatRenderer
@@ -183,10 +183,7 @@ def main() -> None:
         lines.append(f"| {label} | {loop['total_us']:.0f} | {loop['policy_us']:.0f} | {loop['env_us']:.0f} | "
                      f"{loop['tokenise_us']:.0f} | {loop['loop_us']:.0f} | {alt:.0f} | {alt / loop['tokenise_us']:.1f} |")
     report = "\n".join(lines)
-    print(report)
-    out = Path("runs/bench")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "env_step.md").write_text("# Env step overhead\n\n" + report + "\n")
+    publish("env_step", "Env step overhead", report)
 
 
 if __name__ == "__main__":

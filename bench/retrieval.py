@@ -18,14 +18,14 @@ import os
 import time
 from pathlib import Path
 
+from common import OUT, publish
+
 from sleuth.envs.retrieval.bm25 import BM25Index
 from sleuth.envs.retrieval.corpus import load_corpus
 from sleuth.envs.retrieval.index import load_index
 from sleuth.envs.retrieval.metrics import ndcg_at_k, read_qrels, recall_at_k
 from sleuth.serving import subprocess_server
 from sleuth.tasks import data_dir
-
-OUT = Path("runs/bench")
 
 
 def rss_mb() -> float:
@@ -167,9 +167,7 @@ def main() -> None:
     lines += ["", f"Search env step: {over['step_us']:.0f} µs, of which the retriever {over['retriever_us']:.0f} µs: "
               f"framework overhead {over['overhead_us']:.0f} µs (target < 1000)."]
     report = "\n".join(lines)
-    print(report)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "retrieval.md").write_text("# Retrieval on SciFact\n\n" + report + "\n")
+    publish("retrieval", "Retrieval on SciFact", report)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from common import publish
+
 from sleuth.sandbox import Limits, Sandbox, SandboxPool
 from sleuth.tasks import load_tasks
 from sleuth.verifiers.code import CodeVerifier
@@ -74,10 +76,7 @@ def main() -> None:
     lines += ["", f"Code verifier over all {len(mbpp)} MBPP reference solutions (pool of 2): {wall:.1f} s, "
               f"{len(mbpp) / wall:.1f} records/s, {passed}/{len(mbpp)} scored 1.0."]
     report = "\n".join(lines)
-    print(report)
-    out = Path("runs/bench")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sandbox.md").write_text("# Sandbox throughput\n\n" + report + "\n")
+    publish("sandbox", "Sandbox throughput", report)
 
 
 if __name__ == "__main__":

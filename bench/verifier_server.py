@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from pathlib import Path
 
 import httpx
+from common import publish
 
 from sleuth.serving import subprocess_server
 from sleuth.tasks import data_dir
@@ -70,10 +70,7 @@ def main() -> None:
         lines.append(f"| {name} | {res['rps']:.0f} | {res['p50']:.1f} | {res['p99']:.1f} | {res['errors']} | "
                      f"{local:.0f} | {local / res['rps']:.2f} |")
     report = "\n".join(lines)
-    print(report)
-    out = Path("runs/bench")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "verifier_server.md").write_text("# Verifier server load test\n\n" + report + "\n")
+    publish("verifier_server", "Verifier server load test", report)
 
 
 if __name__ == "__main__":
