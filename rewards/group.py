@@ -1,0 +1,62 @@
+"""Outcome-level group estimators: GRPO, Dr.GRPO and RLOO.
+
+- `grpo` (Shao et al. 2024, DeepSeekMath): A_i = (r_i − mean(r)) / (std(r) + eps), with the sample
+  (unbiased, G−1) std as TRL and verl compute it (`torch.std`). Its bound: |A_i| ≤ (G−1)/√G.
+- `dr_grpo` (Liu et al. 2025, "Understanding R1-Zero-like training"): A_i = r_i − mean(r), no std
+  division (pair it with the `seq_mean_token_sum_norm` loss aggregation).
+- `rloo` (Ahmadian et al. 2024): A_i = r_i − mean_{j≠i} r_j = G/(G−1)·(r_i − mean(r)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sleuth.agents.trajectory import Trajectory
+from sleuth.rewards.base import groups, outcome, per_token, register_estimator
+
+
+def group_advantages(rewards: np.ndarray, kind: str, eps: float = 1e-6) -> np.ndarray:
+    """Outcome advantages for one group of rewards."""
+    centred = rewards - rewards.mean()
+    g = len(rewards)
+    if kind == "grpo":
+        return centred / (rewards.std(ddof=1) + eps) if g > 1 else np.zeros_like(rewards)
+    if kind == "dr_grpo":
+        return centred
+    if kind == "rloo":
+        return centred * g / (g - 1) if g > 1 else np.zeros_like(rewards)
+    raise ValueError(f"unknown group advantage {kind!r}")
+
+
+class GroupOutcome:
+    """One advantage per trajectory from its group's outcome rewards, broadcast over its tokens."""
+
+    def __init__(self, kind: str, eps: float = 1e-6):
+        self.kind, self.eps = kind, eps
+
+    def trajectory_advantages(self, trajs: Sequence[Trajectory]) -> np.ndarray:
+        adv = np.zeros(len(trajs))
+        for idx in groups(trajs).values():
+            rewards = np.array([outcome(trajs[i]) for i in idx], dtype=np.float64)
+            adv[idx] = group_advantages(rewards, self.kind, self.eps)
+        return adv
+
+    def __call__(self, trajs: Sequence[Trajectory]) -> list[np.ndarray]:
+        return [per_token(t, a) for t, a in zip(trajs, self.trajectory_advantages(trajs), strict=True)]
+
+
+@register_estimator("grpo")
+def grpo(eps: float = 1e-6) -> GroupOutcome:
+    return GroupOutcome("grpo", eps)
+
+
+@register_estimator("dr_grpo")
+def dr_grpo() -> GroupOutcome:
+    return GroupOutcome("dr_grpo")
+
+
+@register_estimator("rloo")
+def rloo() -> GroupOutcome:
+    return GroupOutcome("rloo")

@@ -1,0 +1,41 @@
+"""Run by `torchrun --nproc_per_node 2` from test_training_engine: ZeRO-2 then ZeRO-3 updates on a fixed
+batch split across two ranks; rank 0 writes the surrogate objective before/after as JSON."""
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+from transformers import AutoModelForCausalLM
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from train_helpers import fixed_batch, surrogate  # noqa: E402
+
+from sleuth.training.engine import EngineConfig, build_engine, init_distributed  # noqa: E402
+from sleuth.training.losses import LossConfig  # noqa: E402
+from sleuth.training.update import PolicyUpdater  # noqa: E402
+
+
+def main(model_dir: str, out: str) -> None:
+    rank, world = init_distributed()
+    trajs, advs = fixed_batch(8)
+    mine = (trajs[rank::world], advs[rank::world])
+    result = {"world": world}
+    for stage in (2, 3):
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        engine = build_engine(model, EngineConfig(zero_stage=stage, lr=1e-3))
+        updater = PolicyUpdater(engine, LossConfig(), pad_id=0, micro_batch_tokens=64)
+        before = surrogate(engine.module, trajs, advs)
+        for _ in range(3):
+            stats = updater.update(*mine)
+        after = surrogate(engine.module, trajs, advs)
+        result[f"zero{stage}"] = {"before": before, "after": after, "grad_norm": stats["grad_norm"]}
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(result, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,50 @@
+"""Training configs: every shipped config loads; bad keys and values fail with a clear message."""
+
+from pathlib import Path
+
+import pytest
+
+from sleuth.cli import main
+from sleuth.training.config import ConfigError, load_config
+
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_shipped_configs_load(path):
+    cfg = load_config(path)
+    assert cfg.max_steps >= 1
+
+
+def test_overrides_and_types():
+    cfg = load_config(overrides={"rollout.group_size": 8, "engine.lr": "1e-5", "engine.lora": {"r": 4}})
+    assert cfg.rollout.group_size == 8 and cfg.engine.lr == 1e-5 and cfg.engine.lora.r == 4
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"rollout.grup_size": 3}, "did you mean 'group_size'"),
+    ({"loss.eps_low": "x"}, "loss.eps_low: expected float"),
+    ({"rollout.group_size": 2.5}, "rollout.group_size: expected int"),
+    ({"engine.zero_stage": 5}, "zero_stage must be 0, 1, 2 or 3"),
+    ({"loss.aggregation": "mean"}, "aggregation must be one of"),
+    ({"rollout": 3}, "rollout: expected a mapping"),
+    ({"engine.lora.target_modules": "q_proj"}, "expected a list"),
+])
+def test_bad_values_are_named(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(overrides=overrides)
+
+
+def test_bad_files(tmp_path, capsys):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rollout: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(bad)
+    bad.write_text("rolout:\n  group_size: 2\n")
+    assert main(["train", "--config", str(bad)]) == 2
+    assert "unknown config key 'rolout'" in capsys.readouterr().err

@@ -1,0 +1,35 @@
+"""Shared by the training tests (and the two-process worker): a fixed batch of synthetic trajectories."""
+
+import numpy as np
+
+from sleuth.agents.trajectory import Trajectory, Turn
+
+
+def fixed_batch(n: int = 4, seed: int = 0, vocab: int = 400):
+    """n two-turn trajectories with distinct ids; the first half gets advantage +1, the rest −1."""
+    rng = np.random.default_rng(seed)
+    trajs, advs = [], []
+    for i in range(n):
+        turns = []
+        for _ in range(2):
+            k = int(rng.integers(3, 7))
+            turns.append(Turn(rng.integers(10, vocab, k).tolist(), [0.0] * k, "a",
+                              observation_ids=rng.integers(10, vocab, 3).tolist()))
+        t = Trajectory(f"t{i}", "env", rng.integers(10, vocab, 5).tolist(), turns=turns, group="g")
+        trajs.append(t)
+        advs.append(np.full(t.num_policy_tokens, 1.0 if i < n // 2 else -1.0))
+    return trajs, advs
+
+
+def surrogate(module, trajs, advs):
+    """Σ_i Σ_t A·log π over policy tokens / tokens: the objective a policy-gradient step increases."""
+    import torch
+
+    from sleuth.training.batch import build_batch
+    from sleuth.training.losses import token_logprobs
+
+    b = build_batch(trajs, advs, pad_id=0)
+    with torch.no_grad():
+        logits = module(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+        lp, _ = token_logprobs(logits, b.input_ids, b.loss_mask)
+    return float((lp * b.advantages * b.loss_mask).sum() / b.loss_mask.sum())

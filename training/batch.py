@@ -1,0 +1,70 @@
+"""Trajectories + per-token advantages → padded training tensors, split into micro-batches.
+
+The loss mask comes from the trajectory (1 exactly on the policy's sampled ids); the attention mask only
+marks padding. Sequences are right-padded: position ids are then plain `arange`, as in the rollout."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from sleuth.agents.trajectory import Trajectory
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # (B, L) long
+    attention_mask: torch.Tensor  # (B, L) long: 1 on real tokens
+    loss_mask: torch.Tensor  # (B, L) float: 1 on policy tokens
+    advantages: torch.Tensor  # (B, L) float
+    sampling_logprobs: torch.Tensor  # (B, L) float: the rollout engine's, 0 off the mask
+    index: list[int]  # which trajectory each row holds
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(self.input_ids.to(device), self.attention_mask.to(device), self.loss_mask.to(device),
+                     self.advantages.to(device), self.sampling_logprobs.to(device), self.index)
+
+
+def build_batch(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray], pad_id: int,
+                index: Sequence[int] | None = None) -> Batch:
+    index = list(index) if index is not None else list(range(len(trajs)))
+    width = max((len(t.token_ids()) for t in trajs), default=1)
+    n = len(trajs)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attn = torch.zeros((n, width), dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.float32)
+    adv = torch.zeros((n, width), dtype=torch.float32)
+    slp = torch.zeros((n, width), dtype=torch.float32)
+    for row, (t, a) in enumerate(zip(trajs, advantages, strict=True)):
+        tok = t.token_ids()
+        m = torch.tensor(t.loss_mask(), dtype=torch.float32)
+        if len(a) != t.num_policy_tokens:
+            raise ValueError(f"trajectory {t.task_id}: {len(a)} advantages for {t.num_policy_tokens} policy tokens")
+        ids[row, :len(tok)] = torch.tensor(tok)
+        attn[row, :len(tok)] = 1
+        mask[row, :len(tok)] = m
+        full_adv = torch.zeros(len(tok))
+        full_adv[m.bool()] = torch.as_tensor(a, dtype=torch.float32)
+        adv[row, :len(tok)] = full_adv
+        slp[row, :len(tok)] = torch.tensor(t.sampling_logprobs(), dtype=torch.float32)
+    return Batch(ids, attn, mask, adv, slp, index)
+
+
+def micro_batches(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray], pad_id: int,
+                  max_tokens: int) -> list[Batch]:
+    """Pack trajectories (longest first, so padding stays small) into micro-batches of at most
+    `max_tokens` padded tokens each; a longer single trajectory gets a micro-batch of its own."""
+    order = sorted(range(len(trajs)), key=lambda i: -len(trajs[i].token_ids()))
+    out: list[list[int]] = []
+    for i in order:
+        if out and (len(out[-1]) + 1) * len(trajs[out[-1][0]].token_ids()) <= max_tokens:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return [build_batch([trajs[i] for i in idx], [advantages[i] for i in idx], pad_id, idx) for idx in out]

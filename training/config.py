@@ -1,0 +1,181 @@
+"""Training configs: YAML → typed dataclasses, with clear errors for unknown keys and wrong types.
+
+Every key has a default, so a config names only what it changes; `sleuth train --config X.yaml` with
+`--out`, `--max-steps`, `--resume` and `--set key.sub=value` overrides on top."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sleuth.training.engine import EngineConfig
+from sleuth.training.losses import LossConfig
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "transformers"  # transformers (in process) | vllm (an OpenAI-compatible vLLM server)
+    tasks_per_step: int = 2  # distinct tasks per step, across all ranks
+    group_size: int = 4  # episodes per task (the GRPO group)
+    max_tokens: int = 48  # per turn
+    temperature: float = 1.0
+    top_p: float = 1.0
+    concurrency: int = 16
+    zero_variance: str = "keep"  # keep | drop | dynamic (DAPO: sample more groups until the batch is full)
+    dynamic_max_rounds: int = 3
+    vllm_url: str | None = None  # the server's base URL; None starts one from `vllm_python`
+    vllm_python: str | None = None  # a Python with vLLM (default: $SLEUTH_VLLM_PYTHON, then .venv-vllm)
+    vllm_args: list[str] = field(default_factory=list)  # extra server flags, e.g. [--enforce-eager]
+
+    def __post_init__(self) -> None:
+        if self.engine not in ("transformers", "vllm"):
+            raise ValueError(f"rollout.engine must be transformers or vllm; got {self.engine!r}")
+        if self.zero_variance not in ("keep", "drop", "dynamic"):
+            raise ValueError(f"rollout.zero_variance must be keep, drop or dynamic; got {self.zero_variance!r}")
+        if self.group_size < 1 or self.tasks_per_step < 1:
+            raise ValueError("rollout.group_size and rollout.tasks_per_step must be ≥ 1")
+
+
+@dataclass
+class AlgorithmConfig:
+    estimator: str = "grpo"
+    estimator_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class UpdateConfig:
+    micro_batch_tokens: int = 4096  # padded tokens per forward/backward
+    sync_tolerance: float = 1e-3  # max |Δ logit| between trainer and the transformers engine after a sync
+    sync_tolerance_vllm: float = 0.02  # max |Δ logprob| (top-5 of a probe) for vLLM: other kernels, same weights
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 1  # steps; 0 = only at the end
+    keep: int = 2  # newest checkpoints kept on disk
+    export_hf: bool = True  # write a Hugging Face model directory (`hf/`) at the end
+
+
+@dataclass
+class EvalConfig:
+    tasks: str | None = None  # held-out tasks, e.g. hotpotqa:test
+    limit: int | None = None
+    max_tokens: int = 64
+
+
+@dataclass
+class TrainConfig:
+    model: str = "smollm2"
+    env: str = "DocRead-v0"
+    env_args: dict[str, Any] = field(default_factory=dict)
+    tasks: str = "hotpotqa:train"
+    task_limit: int | None = None
+    seed: int = 0
+    out: str = "runs/train"
+    max_steps: int = 2
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    update: UpdateConfig = field(default_factory=UpdateConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    tensorboard: bool = True
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Read a YAML config (or start from defaults) and apply dotted overrides ({"rollout.group_size": 8})."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(f"config file {p} does not exist")
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p} is not valid YAML: {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping of keys, got {type(data).__name__}")
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"cannot set {dotted}: {key} is not a section")
+        node[leaf] = value
+    return build(TrainConfig, data, "")
+
+
+def build(cls: type, data: Any, where: str) -> Any:
+    """Construct dataclass `cls` from a mapping, checking every key and value type."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__} {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), fields, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f"; valid keys: {', '.join(sorted(fields))}"
+            raise ConfigError(f"unknown config key {path!r}{hint}")
+        kwargs[key] = _value(hints[key], value, path)
+    try:
+        return cls(**kwargs)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _value(tp: Any, value: Any, path: str) -> Any:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _value(arg, value, path)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0])
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, path)
+    if tp is Any:
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path}: expected a list, got {type(value).__name__} {value!r}")
+        inner = args[0] if args else Any
+        return origin(_value(inner, v, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {type(value).__name__} {value!r}")
+        return dict(value)
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp is float and isinstance(value, str):  # YAML reads 1e-6 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if isinstance(tp, type) and isinstance(value, tp) and not (tp is int and isinstance(value, bool)):
+        return value
+    raise ConfigError(f"{path}: expected {getattr(tp, '__name__', tp)}, got {type(value).__name__} {value!r}")
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)

@@ -1,0 +1,110 @@
+"""Training metrics: one JSON line per step in `metrics.jsonl` plus TensorBoard scalars, and PNG plots.
+
+On resume the log is cut back to the checkpointed step, so the file always reads as one continuous run."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MISMATCH_WARN = 0.01  # mean |Δlogp| between rollout engine and trainer above this is reported as unhealthy
+
+
+class MetricsLogger:
+    def __init__(self, out: Path, resume_step: int = 0, tensorboard: bool = True):
+        self.path = Path(out) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= resume_step] if resume_step else []
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        self.tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(Path(out) / "tensorboard"), purge_step=resume_step + 1 if resume_step else None)
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        if self.tb is not None:
+            for k, v in row.items():
+                if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
+                    self.tb.add_scalar(k, v, step)
+            self.tb.flush()
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (np.floating, np.integer)):
+        return v.item()
+    if hasattr(v, "item") and getattr(v, "numel", lambda: 0)() == 1:
+        return v.item()
+    return v
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Rows of a metrics file; a torn last line (a killed run) is skipped."""
+    rows = []
+    if Path(path).exists():
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def describe(name: str, values: Sequence[float] | np.ndarray, stats: Sequence[str] = ("mean", "std")) -> dict[str, float]:
+    """{name/mean, name/std, name/p50, name/p99, name/max, name/absmax} for the requested stats (NaN if empty)."""
+    v = np.asarray(values, dtype=np.float64)
+    fns = {"mean": np.mean, "std": np.std, "p50": lambda x: np.percentile(x, 50),
+           "p99": lambda x: np.percentile(x, 99), "max": np.max, "min": np.min, "absmax": lambda x: np.abs(x).max()}
+    return {f"{name}/{s}": (float(fns[s](v)) if v.size else float("nan")) for s in stats}
+
+
+PLOTS = [
+    ("reward", ["reward/mean", "eval/score"]),
+    ("loss", ["loss/policy", "loss/total"]),
+    ("kl and entropy", ["kl/mean", "entropy/mean"]),
+    ("clipping", ["clip/low", "clip/high"]),
+    ("engine-trainer mismatch", ["mismatch/mean", "mismatch/p99"]),
+    ("zero-variance groups", ["groups/zero_var_correct", "groups/zero_var_wrong"]),
+    ("grad norm", ["grad_norm"]),
+    ("response length", ["length/correct", "length/wrong"]),
+    ("time per stage (s)", ["time/rollout", "time/reward", "time/update", "time/sync"]),
+]
+
+
+def plot_run(run_dir: Path) -> list[Path]:
+    """One PNG of training curves per run directory (`sleuth plot RUN`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(Path(run_dir) / "metrics.jsonl")
+    if not rows:
+        raise FileNotFoundError(f"no metrics in {Path(run_dir) / 'metrics.jsonl'}")
+    fig, axes = plt.subplots(3, 3, figsize=(14, 10))
+    for ax, (title, keys) in zip(axes.flat, PLOTS, strict=False):
+        for key in keys:
+            pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=key)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    out = Path(run_dir) / "training.png"
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return [out]

@@ -1,0 +1,77 @@
+"""Rollout engines as the trainer sees them: a `Policy` for the agent loop, plus a verified weight sync.
+
+After every update the trainer's weights reach the engine, the engine's version is bumped (every turn it
+generates is stamped with it), and the sync is *checked*: the engine's logits (or logprobs) on a fixed
+probe prompt must match the trainer's within a tolerance, else `WeightSyncError`."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+from sleuth.agents.policy import Policy
+from sleuth.training.engine import full_state_dict
+
+
+class WeightSyncError(RuntimeError):
+    pass
+
+
+class RolloutEngine(Protocol):
+    policy: Policy
+
+    def sync(self, module: torch.nn.Module) -> dict[str, float]: ...
+
+    def close(self) -> None: ...
+
+
+@torch.no_grad()
+def probe_logits(model: torch.nn.Module, probe_ids: list[int]) -> torch.Tensor:
+    """fp32 logits of the next token after `probe_ids`."""
+    dev = next(model.parameters()).device
+    ids = torch.tensor([probe_ids], device=dev)
+    return model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0, -1].float().cpu()
+
+
+class TransformersRollout:
+    """The in-process transformers policy, holding its own copy of the weights (as a separate inference
+    engine would): the sync copies the trainer's full weights into it."""
+
+    def __init__(self, model_path: str, device: str | None, dtype: torch.dtype, probe_ids: list[int],
+                 tolerance: float, max_batch: int = 16):
+        from sleuth.agents.hf import TransformersPolicy
+
+        self.policy = TransformersPolicy(model_path, device=device, dtype=dtype, max_batch=max_batch)
+        self.probe_ids, self.tolerance = probe_ids, tolerance
+
+    def sync(self, module: torch.nn.Module) -> dict[str, float]:
+        state = full_state_dict(module)
+        missing, unexpected = self.policy.model.load_state_dict(state, strict=False)
+        if unexpected or [k for k in missing if "lm_head" not in k]:  # lm_head may be tied to the embeddings
+            raise WeightSyncError(f"weights do not fit the rollout model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        self.policy.version += 1
+        return self.verify(module)
+
+    def verify(self, module: torch.nn.Module) -> dict[str, float]:
+        ours = probe_logits(module, self.probe_ids)
+        theirs = probe_logits(self.policy.model, self.probe_ids)
+        diff = float((ours - theirs).abs().max())
+        if not diff <= self.tolerance:
+            raise WeightSyncError(f"after sync the rollout engine's probe logits differ from the trainer's by "
+                                  f"{diff:.3g} (> {self.tolerance}): the engine is not running the new weights")
+        return {"sync/max_logit_diff": diff}
+
+    def close(self) -> None:
+        pass
+
+
+def make_rollout(cfg: Any, model_path: str, dtype: torch.dtype, probe_ids: list[int]) -> RolloutEngine:
+    from sleuth.training.engine import device
+
+    if cfg.rollout.engine == "vllm":
+        from sleuth.training.vllm_rollout import VLLMRollout
+
+        return VLLMRollout(cfg, model_path, probe_ids)
+    return TransformersRollout(model_path, str(device()), dtype, probe_ids, cfg.update.sync_tolerance,
+                               max_batch=cfg.rollout.concurrency)

@@ -1,0 +1,250 @@
+"""The trainer loop. Each step: rollouts from the agent loop (each rank runs its share of the step's
+task groups) → advantages from the configured estimator → one policy update on the DeepSpeed engine →
+weight sync to the rollout engine, verified → metrics, checkpoint."""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from sleuth.agents.trajectory import Trajectory
+from sleuth.training import checkpoint
+from sleuth.training.config import ConfigError, TrainConfig, to_dict
+from sleuth.training.engine import build_engine, device, init_distributed, resolved_dtype
+from sleuth.training.metrics import MISMATCH_WARN, MetricsLogger, describe
+from sleuth.training.sampler import TaskSampler
+from sleuth.training.update import PolicyUpdater, all_sum
+
+PROBE = [{"role": "user", "content": "Which city is the capital of France? Answer in one word."}]
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, resume: bool = False, progress: bool = True):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from sleuth.agents.chat import ChatRenderer
+        from sleuth.agents.models import resolve_model
+        from sleuth.rewards import make_estimator
+        from sleuth.tasks import load_tasks
+        from sleuth.training.rollout import make_rollout
+
+        self.cfg, self.progress = cfg, progress
+        self.rank, self.world = init_distributed()
+        if cfg.rollout.tasks_per_step % self.world:
+            raise ConfigError(f"rollout.tasks_per_step ({cfg.rollout.tasks_per_step}) must be a multiple of the "
+                              f"number of processes ({self.world}): each rank trains on whole groups")
+        self.out = Path(cfg.out)
+        self.ckpt_root = self.out / "checkpoints"
+        if not resume and checkpoint.latest(self.ckpt_root):
+            raise ConfigError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
+        torch.manual_seed(cfg.seed + self.rank)
+        self.estimator = make_estimator(cfg.algorithm.estimator, **cfg.algorithm.estimator_args)
+        self.tasks = load_tasks(cfg.tasks, limit=cfg.task_limit)
+        self.sampler = TaskSampler(len(self.tasks), cfg.seed)
+        self.model_path = str(resolve_model(cfg.model))
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        dtype = resolved_dtype(cfg.engine)
+        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype).to(device())
+        model.config.use_cache = False
+        self.engine = build_engine(model, cfg.engine)
+        ref = None
+        if cfg.loss.kl_coef > 0:
+            ref = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype).to(device()).eval()
+            ref.requires_grad_(False)
+        self.updater = PolicyUpdater(self.engine, cfg.loss, self.pad_id, cfg.update.micro_batch_tokens, ref)
+        self.probe_ids = ChatRenderer(self.tokenizer).prompt_ids(PROBE)
+        self.rollout = make_rollout(cfg, self.model_path, dtype, self.probe_ids)
+        self.step, version = 0, 0
+        if resume:
+            state = checkpoint.load(self.engine, self.ckpt_root)
+            if state is not None:
+                self.step, version = int(state["step"]), int(state["policy_version"])
+                self.sampler.load(state["sampler"])
+        self.rollout.sync(self.engine.module)  # verified, also at a fresh start: the engine must match
+        self.rollout.policy.version = version
+        self.logger = MetricsLogger(self.out, self.step, cfg.tensorboard) if self.rank == 0 else None
+        if self.rank == 0:
+            import yaml
+
+            (self.out / "config.yaml").write_text(yaml.safe_dump(_yaml_safe(to_dict(cfg)), sort_keys=False))
+
+    # -- the loop -------------------------------------------------------------------------------------
+    def train(self) -> list[dict[str, Any]]:
+        from tqdm import tqdm
+
+        rows = []
+        cfg = self.cfg
+        bar = tqdm(total=cfg.max_steps, initial=self.step, desc="train", disable=not self.progress or self.rank != 0)
+        try:
+            while self.step < cfg.max_steps:
+                row = self.train_step()
+                rows.append(row)
+                bar.update(1)
+                bar.set_postfix(reward=f"{row.get('reward/mean', float('nan')):.3f}",
+                                loss=f"{row.get('loss/policy', float('nan')):.4f}")
+                every = cfg.checkpoint.every
+                if (every and self.step % every == 0) or self.step == cfg.max_steps:
+                    self.save()
+            if cfg.checkpoint.export_hf:
+                checkpoint.export_hf(self.engine.module, self.model_path, self.out / "hf", self.tokenizer)
+        finally:
+            bar.close()
+            if self.logger:
+                self.logger.close()
+            self.rollout.close()
+        return rows
+
+    def save(self) -> None:
+        state = {"step": self.step, "sampler": self.sampler.state(), "policy_version": self.rollout.policy.version}
+        checkpoint.save(self.engine, self.ckpt_root, self.step, state, self.cfg.checkpoint.keep)
+
+    def train_step(self) -> dict[str, Any]:
+        from sleuth.rewards.base import groups
+
+        step = self.step + 1
+        t0 = time.perf_counter()
+        kept, seen, zero_var = self.collect(step)
+        self._write_rollouts(step, seen)
+        t1 = time.perf_counter()
+        advantages = self.estimator(kept)
+        t2 = time.perf_counter()
+        upd = self.updater.update(kept, advantages)
+        t3 = time.perf_counter()
+        sync = self.rollout.sync(self.engine.module)
+        t4 = time.perf_counter()
+        self.step = step
+        local = {
+            "rewards": [t.reward for t in seen], "truncated": [float(t.truncated) for t in seen],
+            "length_correct": [t.num_policy_tokens for t in seen if t.reward > 0],
+            "length_wrong": [t.num_policy_tokens for t in seen if t.reward <= 0],
+            "components": _components(seen), "adv": np.concatenate(advantages).tolist() if advantages else [],
+            "groups": len(groups(seen)), "zero_var": dict(zero_var), "gen_tokens": sum(t.num_policy_tokens for t in seen),
+            **upd,
+        }
+        row = self._summarise(_gather(local), {"rollout": t1 - t0, "reward": t2 - t1, "update": t3 - t2,
+                                               "sync": t4 - t3}, sync)
+        if self.logger:
+            self.logger.log(step, row)
+            if row.get("mismatch/mean", 0) > MISMATCH_WARN:
+                warnings.warn(f"step {step}: mean |Δlogp| between rollout engine and trainer is "
+                              f"{row['mismatch/mean']:.4f} (> {MISMATCH_WARN}): the policy gradient is off-policy",
+                              stacklevel=1)
+        return row
+
+    def _write_rollouts(self, step: int, trajs: Sequence[Trajectory]) -> None:
+        """Every trajectory of the step, as the agent loop recorded it (one file per rank)."""
+        d = self.out / "rollouts"
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"step-{step:06d}.rank{self.rank}.jsonl"
+        path.write_text("".join(t.to_json() + "\n" for t in trajs), encoding="utf-8")
+
+    # -- rollouts -------------------------------------------------------------------------------------
+    def collect(self, step: int) -> tuple[list[Trajectory], list[Trajectory], Counter]:
+        """This rank's trajectories for the update (zero-variance groups kept, dropped, or replaced by
+        more sampling as configured), all trajectories seen (for metrics), and the zero-variance counts."""
+        from sleuth.rewards.base import groups
+
+        rc = self.cfg.rollout
+        kept: list[Trajectory] = []
+        seen: list[Trajectory] = []
+        zero_var: Counter = Counter()
+        rounds = rc.dynamic_max_rounds if rc.zero_variance == "dynamic" else 1
+        for round_ in range(rounds):
+            trajs = self._rollout_round(step, round_)
+            seen += trajs
+            for idx in groups(trajs).values():
+                rewards = [trajs[i].reward for i in idx]
+                if max(rewards) - min(rewards) < 1e-9:
+                    zero_var["correct" if rewards[0] > 0 else "wrong"] += 1
+                    if rc.zero_variance != "keep":
+                        continue
+                kept += [trajs[i] for i in idx]
+            if rc.zero_variance != "dynamic" or all_sum(len(groups(kept))) >= rc.tasks_per_step:
+                break
+        return kept, seen, zero_var
+
+    def _rollout_round(self, step: int, round_: int) -> list[Trajectory]:
+        import sleuth
+        from sleuth.agents.loop import run_episodes
+        from sleuth.agents.policy import SamplingParams
+
+        rc, cfg = self.cfg.rollout, self.cfg
+        chosen = self.sampler.take(rc.tasks_per_step)[self.rank::self.world]
+        tasks = [self.tasks[i] for i in chosen for _ in range(rc.group_size)]
+        seed = (cfg.seed * 1_000_003 + step * 1009 + round_ * 31 + self.rank) % (2**31)
+        sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
+        trajs = list(run_episodes(lambda: sleuth.make(cfg.env, **cfg.env_args), tasks, self.rollout.policy,
+                                  sampling, rc.concurrency, env_id=cfg.env))
+        for t in trajs:
+            t.group = f"{t.task_id}@{step}.{round_}"
+        return trajs
+
+    # -- metrics --------------------------------------------------------------------------------------
+    def _summarise(self, parts: list[dict[str, Any]], times: dict[str, float], sync: dict[str, float]) -> dict[str, Any]:
+        cat = lambda k: [x for p in parts for x in p.get(k, [])]  # noqa: E731
+        row: dict[str, Any] = {}
+        row.update(describe("reward", cat("rewards")))
+        comps: dict[str, list[float]] = {}
+        for p in parts:
+            for k, v in p["components"].items():
+                comps.setdefault(k, []).extend(v)
+        for k, v in comps.items():
+            row.update(describe(f"reward/{k}", v))
+        adv = cat("adv")
+        row.update(describe("adv", adv, ("mean", "absmax")))
+        row["loss/policy"] = sum(p.get("loss", 0.0) for p in parts)
+        row["grad_norm"] = parts[0].get("grad_norm", float("nan"))
+        row.update(describe("kl", cat("kl"), ("mean",)))
+        row.update(describe("entropy", cat("entropy"), ("mean",)))
+        clip_low, clip_high = cat("clip_low"), cat("clip_high")
+        row["clip/low"] = float(np.mean(clip_low)) if clip_low else float("nan")
+        row["clip/high"] = float(np.mean(clip_high)) if clip_high else float("nan")
+        row.update(describe("ratio", cat("ratio"), ("p50", "p99", "max")))
+        row.update(describe("mismatch", cat("mismatch"), ("mean", "p99", "max")))
+        n_groups = sum(p["groups"] for p in parts)
+        zv = Counter()
+        for p in parts:
+            zv.update(p["zero_var"])
+        row["groups/zero_var_correct"] = zv["correct"] / max(n_groups, 1)
+        row["groups/zero_var_wrong"] = zv["wrong"] / max(n_groups, 1)
+        lc, lw = cat("length_correct"), cat("length_wrong")
+        row["length/correct"] = float(np.mean(lc)) if lc else float("nan")
+        row["length/wrong"] = float(np.mean(lw)) if lw else float("nan")
+        row["truncation_rate"] = float(np.mean(cat("truncated"))) if cat("truncated") else 0.0
+        row["tokens_per_s/rollout"] = sum(p["gen_tokens"] for p in parts) / max(times["rollout"], 1e-9)
+        row["tokens_per_s/update"] = sum(p.get("train_tokens", 0) for p in parts) / max(times["update"], 1e-9)
+        row.update({f"time/{k}": v for k, v in times.items()})
+        row.update(sync)
+        row["policy_version"] = self.rollout.policy.version
+        return row
+
+
+def _components(trajs: Sequence[Trajectory]) -> dict[str, list[float]]:
+    """Numeric verdict details (em, f1, support recall, ...) per trajectory, for reward-component metrics."""
+    out: dict[str, list[float]] = {}
+    for t in trajs:
+        details = (t.verdict or {}).get("details", {}) or {}
+        for k, v in details.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out.setdefault(k, []).append(float(v))
+    return out
+
+
+def _gather(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def _yaml_safe(x: Any) -> Any:
+    return json.loads(json.dumps(x, default=list))

@@ -1,0 +1,134 @@
+"""vLLM as the rollout engine, as an OpenAI-compatible server (one per rank) in its own virtualenv.
+
+vLLM pins its own torch/transformers versions, so it runs in a separate interpreter (`rollout.vllm_python`
+or $SLEUTH_VLLM_PYTHON; `make vllm` builds one) or anywhere reachable (`rollout.vllm_url`). Weight sync:
+the trainer writes its full weights to a safetensors file in shared memory and asks the server's workers
+to load it (`/collective_rpc` → `sleuth_vllm_ext.WeightLoader.load_weights_from`), then resets the prefix
+cache (cached KV of old weights would be stale) and verifies: the server's top logprobs on a fixed probe
+prompt must match the trainer's."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+
+from sleuth.agents.openai_http import OpenAICompletionsPolicy
+from sleuth.serving import free_port, wait_healthy
+from sleuth.training.engine import DIST_VARS, full_state_dict
+from sleuth.training.rollout import WeightSyncError, probe_logits
+
+EXTENSION_DIR = Path(__file__).parent / "vllm_ext"
+
+
+class VLLMRollout:
+    def __init__(self, cfg: Any, model_path: str, probe_ids: list[int], start_timeout_s: float = 600.0):
+        from transformers import AutoTokenizer
+
+        rc = cfg.rollout
+        self.probe_ids, self.tolerance = probe_ids, cfg.update.sync_tolerance_vllm
+        self.proc: subprocess.Popen | None = None
+        url = rc.vllm_url
+        if url is None:
+            url = self._start(rc.vllm_python or default_vllm_python(), model_path, list(rc.vllm_args),
+                              start_timeout_s)
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(timeout=600)
+        self.served = self._served_model()
+        tok = AutoTokenizer.from_pretrained(model_path)
+        self.policy = OpenAICompletionsPolicy(self.url, self.served, tok, concurrency=max(rc.concurrency, 8), name="vllm")
+        shm = Path("/dev/shm")
+        self.weights_file = Path(tempfile.mkstemp(prefix="sleuth-weights-", suffix=".safetensors",
+                                                  dir=shm if shm.is_dir() else None)[1])
+
+    def _start(self, python: str | None, model_path: str, extra: list[str], timeout_s: float) -> str:
+        if not python or not Path(python).exists():
+            raise FileNotFoundError("rollout.engine=vllm needs a Python with vLLM: set rollout.vllm_python or "
+                                    "$SLEUTH_VLLM_PYTHON (`make vllm` builds .venv-vllm), or rollout.vllm_url")
+        port = free_port()
+        gpu = torch.cuda.is_available()
+        env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}  # the server is not a trainer rank
+        env.update(VLLM_SERVER_DEV_MODE="1", PYTHONPATH=str(EXTENSION_DIR),
+                   VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"))
+        cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path, "--served-model-name",
+               "policy", "--port", str(port), "--dtype", "bfloat16" if gpu else "float32",
+               "--worker-extension-cls", "sleuth_vllm_ext.WeightLoader", "--enable-prefix-caching"]
+        cmd += extra
+        if gpu:
+            cmd += ["--gpu-memory-utilization", os.environ.get("SLEUTH_VLLM_GPU_MEM", "0.3")]
+        log = open(Path(tempfile.gettempdir()) / f"sleuth-vllm-{port}.log", "w")  # noqa: SIM115 (lives with the server)
+        self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(url, timeout_s=timeout_s)
+        except Exception as e:
+            self.close()
+            raise RuntimeError(f"vLLM server did not become healthy; see {log.name}") from e
+        return url
+
+    def _served_model(self) -> str:
+        try:
+            return self.http.get(self.url + "/v1/models").json()["data"][0]["id"]
+        except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
+            raise RuntimeError(f"no model served at {self.url}/v1/models: {e}") from e
+
+    def sync(self, module: torch.nn.Module) -> dict[str, float]:
+        from safetensors.torch import save_file
+
+        state = full_state_dict(module)
+        save_file({k: v.contiguous() for k, v in state.items() if k != "lm_head.weight" or _untied(state)},
+                  str(self.weights_file))
+        self._post("/collective_rpc", {"method": "load_weights_from", "args": [str(self.weights_file)]})
+        self._post("/reset_prefix_cache", None)
+        self.policy.version += 1
+        return self.verify(module)
+
+    def verify(self, module: torch.nn.Module) -> dict[str, float]:
+        ours = torch.log_softmax(probe_logits(module, self.probe_ids), -1)
+        r = self._post("/v1/completions", {"model": self.served, "prompt": self.probe_ids, "max_tokens": 1,
+                                           "temperature": 0, "logprobs": 5, "return_tokens_as_token_ids": True})
+        top = r["choices"][0]["logprobs"]["top_logprobs"][0]
+        diff = max(abs(float(lp) - float(ours[int(t.split(":", 1)[1])])) for t, lp in top.items())
+        if not diff <= self.tolerance:
+            raise WeightSyncError(f"after sync vLLM's probe logprobs differ from the trainer's by {diff:.3g} "
+                                  f"(> {self.tolerance}): the engine is not running the new weights")
+        return {"sync/max_logprob_diff": diff}
+
+    def _post(self, path: str, body: Any) -> Any:
+        resp = self.http.post(self.url + path, json=body) if body is not None else self.http.post(self.url + path)
+        if resp.status_code != 200:
+            raise WeightSyncError(f"vLLM {path} answered {resp.status_code}: {resp.text[:300]}")
+        return resp.json() if resp.content else None
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.policy.close()
+        with contextlib.suppress(Exception):
+            self.weights_file.unlink()
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+            self.proc = None
+
+
+def default_vllm_python() -> str | None:
+    """$SLEUTH_VLLM_PYTHON, else the repository's `.venv-vllm` (built by `make vllm`), else None."""
+    env = os.environ.get("SLEUTH_VLLM_PYTHON")
+    if env:
+        return env
+    local = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
+    return str(local) if local.exists() else None
+
+
+def _untied(state: dict[str, torch.Tensor]) -> bool:
+    """Whether lm_head is its own matrix (tied heads are loaded from the embedding)."""
+    emb = state.get("model.embed_tokens.weight")
+    return emb is None or not torch.equal(emb, state["lm_head.weight"])
