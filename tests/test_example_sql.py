@@ -54,3 +54,21 @@ def test_oracle_eval_scores_one(tmp_path):
             "--limit", "6", "--out", str(tmp_path)]
     assert main(argv) == 0
     assert json.loads((tmp_path / "summary.json").read_text())["score"] == 1.0
+
+
+def test_trains_two_steps_and_evaluates(tiny_model_dir, tmp_path):
+    """The example's config trains with the stock `sleuth train` (a tiny model of SmolLM2's architecture
+    stands in for speed) and the exported model evaluates with `sleuth eval`."""
+    from pathlib import Path
+
+    from sleuth.training.metrics import read_metrics
+
+    config = Path(__file__).resolve().parents[1] / "examples" / "sql_env" / "train.yaml"
+    run = tmp_path / "sql"
+    assert main(["train", "--config", str(config), "--out", str(run), "--set", f"model={tiny_model_dir}",
+                 "--set", "rollout.max_tokens=16", "--set", "rollout.group_size=2", "--set", "tensorboard=false"]) == 0
+    assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2]
+    assert (run / "training.png").exists() and (run / "hf" / "config.json").exists()
+    assert main(["eval", "--env", "sqlite/HotpotSQL-v0", "--tasks", "hotpot_sql:test", "--limit", "2",
+                 "--policy", str(run / "hf"), "--max-tokens", "16", "--out", str(tmp_path / "eval")]) == 0
+    assert json.loads((tmp_path / "eval" / "summary.json").read_text())["n"] == 2

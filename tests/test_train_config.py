@@ -7,7 +7,8 @@ import pytest
 from sleuth.cli import main
 from sleuth.training.config import ConfigError, load_config
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml")) + [ROOT / "examples" / "sql_env" / "train.yaml"]
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)

