@@ -352,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key, e.g. --set rollout.group_size=8 (repeatable)")
+    t.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)  # the deepspeed launcher's
     t.set_defaults(fn=cmd_train)
     pl = sub.add_parser("plot", help="plot a training run's metrics to RUN/training.png")
     pl.add_argument("run")

@@ -21,11 +21,12 @@ class ServerError(RuntimeError):
 
 class OpenAICompletionsPolicy:
     def __init__(self, base_url: str, model: str, tokenizer: Any, concurrency: int = 64, timeout_s: float = 600.0,
-                 name: str | None = None):
+                 name: str | None = None, send_seed: bool = True):
         self.base_url = base_url.rstrip("/")
         self.model, self.tokenizer = model, tokenizer
         self.name = name or f"{model}@{self.base_url}"
         self.version = 0
+        self.send_seed = send_seed
         self.client = httpx.Client(timeout=timeout_s, limits=httpx.Limits(max_connections=concurrency))
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="sleuth-http")
         eos = tokenizer.eos_token_id
@@ -41,7 +42,7 @@ class OpenAICompletionsPolicy:
             "temperature": max(s.temperature, 0.0), "top_p": s.top_p, "logprobs": 0,
             "return_tokens_as_token_ids": True, "skip_special_tokens": True,
         }
-        if s.seed is not None:  # distinct per request and turn: equal seeds would make a group's samples equal
+        if s.seed is not None and self.send_seed:  # distinct per request and turn: equal seeds would make a group's samples equal
             body["seed"] = (s.seed * 1_000_003 + i * 7919 + r.turn) % (2**31)
         return body
 

