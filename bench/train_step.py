@@ -160,8 +160,9 @@ def main() -> None:
     parts: list[str] = []
     for title, section in (("Rollout engine", rollout_engines), ("Optimizer step", optimizer_steps),
                            ("One GRPO step of configs/docread_quick.yaml", stages)):
-        parts += [f"## {title}", "", *section(), ""]
-        print("\n".join(parts[-len(parts):]), flush=True)  # each section as soon as it is measured
+        lines = [f"## {title}", "", *section(), ""]
+        print("\n".join(lines), flush=True)  # each section as soon as it is measured
+        parts += lines
     publish("train_step", "Training step costs (CPU, SmolLM2-135M)", "\n".join(parts))
 
 
