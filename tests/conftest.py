@@ -15,7 +15,8 @@ def _data() -> Path:
     raise RuntimeError("tests need ../shared/data")
 
 
-os.environ.setdefault("SLEUTH_DATA", str(_data()))
+if "SLEUTH_DATA" not in os.environ:  # an explicit $SLEUTH_DATA wins (a checkout that is not next to shared/)
+    os.environ["SLEUTH_DATA"] = str(_data())
 
 
 @pytest.fixture(scope="session")
