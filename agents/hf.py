@@ -56,8 +56,12 @@ class TransformersPolicy:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
         res = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
         new = res.sequences[:, width:].cpu()
-        # Raw logits → logprob of each sampled token under the model (temperature 1), as vLLM reports by default.
+        # Logprob of each sampled token under the distribution it was sampled from: logits / temperature (the
+        # trainer divides by the same temperature; vLLM reports the same with --logprobs-mode processed_logprobs).
+        # Greedy decoding reports the raw (temperature-1) logprobs.
         logits = torch.stack(res.logits, dim=1).float()
+        if not greedy:
+            logits = logits / sampling.temperature
         lps = torch.log_softmax(logits, dim=-1).gather(-1, new.to(logits.device).unsqueeze(-1)).squeeze(-1).cpu()
         gens = []
         for row in range(len(prompts)):

@@ -23,6 +23,7 @@ from sleuth.training.metrics import read_metrics
 def _cfg(tiny_model_dir, out, **over):
     base = {"model": tiny_model_dir, "out": str(out), "env_args": {"harness": "text"}, "task_limit": 24,
             "rollout.max_tokens": 12, "rollout.tasks_per_step": 2, "rollout.group_size": 2,
+            "rollout.temperature": 0.7,  # engines report logprobs of logits / T and the trainer matches them
             "checkpoint.export_hf": False, "tensorboard": True, "engine.lr": 1e-3,
             "loss.entropy_coef": 0.01}  # an untrained tiny model earns no reward: the entropy term moves weights
     base.update(over)
@@ -177,5 +178,21 @@ def test_vllm_engine_sync_and_mismatch(tiny_model_dir, tmp_path):
     assert before["sync/max_logprob_diff"] < 0.02
     for r in rows:
         assert r["sync/max_logprob_diff"] < 0.02
-        assert np.isfinite(r["mismatch/mean"]) and r["mismatch/max"] >= r["mismatch/mean"]
+        assert r["mismatch/mean"] < 0.01 and r["mismatch/max"] >= r["mismatch/mean"]  # same T on both sides
     assert rows[-1]["policy_version"] == 2
+
+
+def test_info_gain_estimator_gets_tasks_and_refreshes(tiny_model_dir, tmp_path):
+    """An estimator that asks for `tasks` by argument name gets them; the reader snapshot is refreshed."""
+    from sleuth.training.trainer import Trainer
+
+    cfg = _cfg(tiny_model_dir, tmp_path / "ig", max_steps=1, **{
+        "algorithm.estimator": "info_gain",
+        "algorithm.estimator_args": {"reader": tiny_model_dir, "variant": "gold_logprob", "refresh_every": 1}})
+    trainer = Trainer(cfg, progress=False)
+    assert set(trainer.estimator_context["tasks"]) == {t.id for t in trainer.tasks}
+    row = trainer.train()[0]
+    assert np.isfinite(row["reward/mean"])
+    reader = trainer.estimator.reader.model.state_dict()
+    policy = trainer.rollout.policy.model.state_dict()
+    assert all(torch.equal(reader[k], policy[k]) for k in policy)  # the reader is now the trained policy

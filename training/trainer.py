@@ -4,6 +4,7 @@ weight sync to the rollout engine, verified → metrics, checkpoint."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 import warnings
@@ -19,7 +20,7 @@ import torch.distributed as dist
 from sleuth.agents.trajectory import Trajectory
 from sleuth.training import checkpoint
 from sleuth.training.config import ConfigError, TrainConfig, to_dict
-from sleuth.training.engine import build_engine, device, init_distributed, resolved_dtype
+from sleuth.training.engine import build_engine, device, full_state_dict, init_distributed, resolved_dtype
 from sleuth.training.metrics import MISMATCH_WARN, MetricsLogger, describe
 from sleuth.training.sampler import TaskSampler
 from sleuth.training.update import PolicyUpdater, all_sum
@@ -49,6 +50,9 @@ class Trainer:
         torch.manual_seed(cfg.seed + self.rank)
         self.estimator = make_estimator(cfg.algorithm.estimator, **cfg.algorithm.estimator_args)
         self.tasks = load_tasks(cfg.tasks, limit=cfg.task_limit)
+        # Estimators ask for what they need by argument name (e.g. `tasks` for the gold answer).
+        wants = inspect.signature(self.estimator).parameters
+        self.estimator_context = {"tasks": {t.id: t for t in self.tasks}} if "tasks" in wants else {}
         self.sampler = TaskSampler(len(self.tasks), cfg.seed)
         self.model_path = str(resolve_model(cfg.model))
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
@@ -61,7 +65,8 @@ class Trainer:
         if cfg.loss.kl_coef > 0:
             ref = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype).to(device()).eval()
             ref.requires_grad_(False)
-        self.updater = PolicyUpdater(self.engine, cfg.loss, self.pad_id, cfg.update.micro_batch_tokens, ref)
+        self.updater = PolicyUpdater(self.engine, cfg.loss, self.pad_id, cfg.update.micro_batch_tokens, ref,
+                                     temperature=cfg.rollout.temperature)
         self.probe_ids = ChatRenderer(self.tokenizer).prompt_ids(PROBE)
         self.rollout = make_rollout(cfg, self.model_path, dtype, self.probe_ids)
         self.step, version = 0, 0
@@ -116,11 +121,14 @@ class Trainer:
         kept, seen, zero_var = self.collect(step)
         self._write_rollouts(step, seen)
         t1 = time.perf_counter()
-        advantages = self.estimator(kept)
+        advantages = self.estimator(kept, **self.estimator_context)
         t2 = time.perf_counter()
         upd = self.updater.update(kept, advantages)
         t3 = time.perf_counter()
         sync = self.rollout.sync(self.engine.module)
+        every = getattr(self.estimator, "refresh_every", 0)
+        if every and step % every == 0:  # e.g. the information-gain reader becomes a snapshot of the policy
+            self.estimator.refresh(full_state_dict(self.engine.module))
         t4 = time.perf_counter()
         self.step = step
         local = {
@@ -230,13 +238,18 @@ class Trainer:
 
 
 def _components(trajs: Sequence[Trajectory]) -> dict[str, list[float]]:
-    """Numeric verdict details (em, f1, support recall, ...) per trajectory, for reward-component metrics."""
+    """Numeric verdict details (em, f1, support recall, ...) per trajectory, and the step rewards estimators
+    left on turns (`step/<name>`, per read turn), for reward-component metrics."""
     out: dict[str, list[float]] = {}
     for t in trajs:
         details = (t.verdict or {}).get("details", {}) or {}
         for k, v in details.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 out.setdefault(k, []).append(float(v))
+        for turn in t.turns:
+            if turn.info.get("read"):
+                for k, v in turn.info.get("step_rewards", {}).items():
+                    out.setdefault(f"step/{k}", []).append(float(v))
     return out
 
 

@@ -21,8 +21,10 @@ from sleuth.training.losses import LossConfig, denominator, policy_loss, token_l
 
 class PolicyUpdater:
     def __init__(self, engine: Any, loss: LossConfig, pad_id: int, micro_batch_tokens: int,
-                 ref: torch.nn.Module | None = None):
+                 ref: torch.nn.Module | None = None, temperature: float = 1.0):
         self.engine, self.loss, self.pad_id, self.micro_batch_tokens, self.ref = engine, loss, pad_id, micro_batch_tokens, ref
+        # The policy being optimised is the sampling distribution softmax(logits / T), as in the rollouts.
+        self.temperature = temperature if temperature > 0 else 1.0
 
     def update(self, trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray]) -> dict[str, Any]:
         """One optimizer step over this rank's trajectories (every rank runs the same number of micro-batches,
@@ -41,7 +43,7 @@ class PolicyUpdater:
         self.engine.train()
         for i in range(n_micro):
             b = (batches[i] if i < len(batches) else _empty_like(batches[0] if batches else None, self.pad_id)).to(dev)
-            logits = self.engine(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+            logits = self.engine(input_ids=b.input_ids, attention_mask=b.attention_mask).logits / self.temperature
             logp, ent = token_logprobs(logits, b.input_ids, b.loss_mask, with_entropy=True)
             ref = self._ref_logprobs(b) if self.ref is not None else None
             # One optimizer step per rollout batch: the trainer's recomputed old logprobs are this forward's.
@@ -62,7 +64,7 @@ class PolicyUpdater:
 
     @torch.no_grad()
     def _ref_logprobs(self, b: Batch) -> torch.Tensor:
-        logits = self.ref(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+        logits = self.ref(input_ids=b.input_ids, attention_mask=b.attention_mask).logits / self.temperature
         return token_logprobs(logits, b.input_ids, b.loss_mask)[0]
 
 

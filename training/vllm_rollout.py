@@ -62,7 +62,8 @@ class VLLMRollout:
                    VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"))
         cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path, "--served-model-name",
                "policy", "--port", str(port), "--dtype", "bfloat16" if gpu else "float32",
-               "--worker-extension-cls", "sleuth_vllm_ext.WeightLoader", "--enable-prefix-caching"]
+               "--worker-extension-cls", "sleuth_vllm_ext.WeightLoader", "--enable-prefix-caching",
+               "--logprobs-mode", "processed_logprobs"]  # logprobs of logits / temperature, as the trainer's
         cmd += extra
         if gpu:
             cmd += ["--gpu-memory-utilization", os.environ.get("SLEUTH_VLLM_GPU_MEM", "0.3")]

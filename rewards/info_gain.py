@@ -1,0 +1,160 @@
+"""Information-gain step rewards for each document read (CIGPO), and the advantage they give.
+
+A reader (a frozen causal LM; `rewards.reader.Reader`) scores the task's answer given the question and the
+documents read so far. With c_t the context after the trajectory's t-th *new* read (c_0: question only),
+the step reward of the turn that made read t is a gain g_t = v(c_t) − v(c_{t−1}) or a divergence:
+
+- `gold_prob` (IGPO, Wang et al. 2025, arXiv:2510.14967): v(c) = π(a | c)^(1/|a|), the length-normalised
+  probability of the gold answer a;
+- `gold_logprob`: v(c) = (1/|a|) log π(a | c);
+- `entropy`: H(P_{t−1}) − H(P_t), the drop in entropy of the reader's distribution P over K candidate
+  answers (P ∝ length-normalised probability; the candidates are the gold answer and up to K−1 titles of the
+  task's documents: HotpotQA answers are mostly entities, so the titles are the natural confusers);
+- `kl`: KL(P_t ‖ P_{t−1}) over the same candidates.
+
+A re-read or a failed read adds no document: c_t = c_{t−1}, so its gain is 0; other turns get 0. A
+trajectory with T new reads costs T+1 contexts (turn t's "after" is turn t+1's "before"), and contexts
+shared across a group (the question alone) are scored once.
+
+Advantage (per turn t of trajectory i in group G):
+    A_{i,t} = w_o · A^{outcome}_i + w_s · Σ_{k ≥ t} γ^{k−t} ĝ_{i,k},
+    ĝ_{i,k} = (g_{i,k} − mean(g)) / (std(g) + ε) over the read turns of the group (0 on other turns),
+with A^{outcome} the group's `grpo` (or `dr_grpo`, `rloo`) advantage of the outcome reward.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from sleuth.agents.trajectory import Trajectory
+from sleuth.rewards.base import groups, per_turn, register_estimator
+from sleuth.rewards.group import GroupOutcome
+
+VARIANTS = ("gold_prob", "gold_logprob", "entropy", "kl")
+
+
+def read_documents(traj: Trajectory) -> list[tuple[int, str | None]]:
+    """(turn index, new document text or None) for each read turn: None for re-reads and failed reads."""
+    out, seen = [], set()
+    for t, turn in enumerate(traj.turns):
+        read = turn.info.get("read") if isinstance(turn.info, dict) else None
+        if not read or turn.error:
+            continue
+        new = read.get("doc") not in seen and not read.get("reread")
+        seen.add(read.get("doc"))
+        out.append((t, turn.observation if new else None))
+    return out
+
+
+class InfoGain:
+    def __init__(self, variant: str = "gold_prob", reader: Any = "smollm2", candidates: int = 8,
+                 step_weight: float = 1.0, outcome_weight: float = 1.0, gamma: float = 1.0, outcome: str = "grpo",
+                 eps: float = 1e-6, refresh_every: int = 0):
+        if variant not in VARIANTS:
+            raise ValueError(f"info_gain variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
+        if isinstance(reader, str):
+            from sleuth.rewards.reader import Reader
+
+            reader = Reader(reader)
+        self.reader, self.variant, self.k = reader, variant, candidates
+        self.ws, self.wo, self.gamma, self.eps = step_weight, outcome_weight, gamma, eps
+        self.outcome = GroupOutcome(outcome, eps)
+        self.refresh_every = refresh_every  # > 0: the trainer hands the policy's weights every N steps
+
+    def refresh(self, state: Mapping[str, Any]) -> None:
+        """Make the reader a snapshot of the policy (same architecture: name the policy's model as reader)."""
+        self.reader.model.load_state_dict(dict(state), strict=False)
+        self.reader._cache.clear()
+
+    # -- step rewards -------------------------------------------------------------------------------
+    def step_rewards(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> list[list[float]]:
+        """One reward per turn of each trajectory (the gain on read turns, 0 elsewhere)."""
+        plans = []
+        pairs: list[tuple[str, str]] = []
+        for traj in trajs:
+            task = tasks[traj.task_id]
+            reads = read_documents(traj)
+            docs: list[str] = []
+            prompts = [self.reader.prompt(task.question, docs)]
+            for _, text in reads:
+                if text is not None:
+                    docs.append(text)
+                    prompts.append(self.reader.prompt(task.question, docs))
+            answers = self._candidates(task)
+            plans.append((reads, prompts, answers))
+            pairs += [(p, a) for p in prompts for a in answers]
+        scores = iter(self.reader.score(pairs))
+        out = []
+        for traj, (reads, prompts, answers) in zip(trajs, plans, strict=True):
+            values = [self._value([next(scores) for _ in answers]) for _ in prompts]
+            rewards = [0.0] * len(traj.turns)
+            k = 0
+            for turn, text in reads:
+                if text is not None:
+                    rewards[turn] = self._gain(values[k], values[k + 1])
+                    k += 1
+            out.append(rewards)
+        return out
+
+    def _candidates(self, task: Any) -> list[str]:
+        if self.variant in ("gold_prob", "gold_logprob"):
+            return [task.answer]
+        norm = task.answer.strip().lower()
+        titles = [d["title"] for d in task.payload.get("docs", []) if d["title"].strip().lower() != norm]
+        return [task.answer, *list(dict.fromkeys(titles))[: self.k - 1]]
+
+    def _value(self, scored: list[tuple[float, int]]) -> Any:
+        mean_lp = np.array([s / max(n, 1) for s, n in scored])
+        if self.variant == "gold_logprob":
+            return float(mean_lp[0])
+        if self.variant == "gold_prob":
+            return math.exp(float(mean_lp[0]))
+        p = np.exp(mean_lp - mean_lp.max())
+        return p / p.sum()
+
+    def _gain(self, before: Any, after: Any) -> float:
+        if self.variant in ("gold_prob", "gold_logprob"):
+            return after - before
+        if self.variant == "entropy":
+            return float(_entropy(before) - _entropy(after))
+        return float(np.sum(after * (np.log(after + 1e-12) - np.log(before + 1e-12))))
+
+    # -- advantages ---------------------------------------------------------------------------------
+    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> list[np.ndarray]:
+        steps = self.step_rewards(trajs, tasks)
+        outcome = self.outcome.trajectory_advantages(trajs)
+        for traj, r in zip(trajs, steps, strict=True):  # kept on the trajectory for metrics and later stages
+            for turn, g in zip(traj.turns, r, strict=True):
+                turn.info.setdefault("step_rewards", {})[f"info_gain/{self.variant}"] = g
+        norm = [np.zeros(len(t.turns)) for t in trajs]
+        for idx in groups(trajs).values():
+            gains = [steps[i][t] for i in idx for t, text in read_documents(trajs[i]) if text is not None]
+            if len(gains) < 2:
+                continue
+            mean, std = float(np.mean(gains)), float(np.std(gains))
+            for i in idx:
+                for t, text in read_documents(trajs[i]):
+                    if text is not None:
+                        norm[i][t] = (steps[i][t] - mean) / (std + self.eps)
+        out = []
+        for i, traj in enumerate(trajs):
+            returns = np.zeros(len(traj.turns))
+            acc = 0.0
+            for t in reversed(range(len(traj.turns))):
+                acc = norm[i][t] + self.gamma * acc
+                returns[t] = acc
+            out.append(per_turn(traj, (self.wo * outcome[i] + self.ws * returns).tolist()))
+        return out
+
+
+def _entropy(p: np.ndarray) -> float:
+    return float(-np.sum(p * np.log(p + 1e-12)))
+
+
+@register_estimator("info_gain")
+def info_gain(**kwargs: Any) -> InfoGain:
+    return InfoGain(**kwargs)

@@ -1,0 +1,109 @@
+"""Information-gain step rewards (CIGPO): hand-computed advantages, the T+1 reader-pass count, and the
+real SmolLM2 reader's gold-answer probability rising when the gold paragraph is added."""
+
+import math
+
+import numpy as np
+import pytest
+
+from sleuth.agents.trajectory import Trajectory, Turn
+from sleuth.rewards.info_gain import InfoGain, read_documents
+from sleuth.tasks.base import Task
+
+
+class TableReader:
+    """Stands in for the model in the formula test only: a context's gold-answer mean logprob is looked up
+    by the documents it holds."""
+
+    def __init__(self, table):
+        self.table, self.calls = table, 0
+
+    def prompt(self, question, docs):
+        return "|".join(docs)
+
+    def score(self, pairs):
+        self.calls += len(pairs)
+        return [(self.table[p] * 2, 2) for p, _ in pairs]  # two answer tokens, mean logprob = table value
+
+
+def turn(read=None, obs="", ids=2):
+    info = {"read": read} if read else {}
+    return Turn(list(range(ids)), [0.0] * ids, "a", observation=obs, observation_ids=[7] if read else [], info=info)
+
+
+def traj(task_id, reads, reward):
+    turns = [turn({"doc": d, "reread": rr}, obs=f"D{d}") for d, rr in reads] + [turn()]
+    return Trajectory(task_id, "DocRead-v0", [1], turns=turns, reward=reward, group=task_id)
+
+
+TASK = Task("q", "who?", "Ann", payload={"docs": [{"title": f"T{i}", "text": ""} for i in range(4)]})
+
+
+def test_gold_logprob_gains_and_advantages_by_hand():
+    # log π(a|c)/|a|: question only −3; after D0 −1; after D0,D1 −1.5; after D2 −2.5
+    reader = TableReader({"": -3.0, "D0": -1.0, "D0|D1": -1.5, "D2": -2.5})
+    est = InfoGain("gold_logprob", reader=reader, outcome="dr_grpo", gamma=0.5)
+    a = traj("q", [(0, False), (1, False)], reward=1.0)  # gains +2, −0.5
+    b = traj("q", [(2, False), (2, True)], reward=0.0)  # gain +0.5, then a re-read: 0
+    steps = est.step_rewards([a, b], {"q": TASK})
+    assert steps == [[2.0, -0.5, 0.0], [0.5, 0.0, 0.0]]
+    # read-turn gains of the group: 2, −0.5, 0.5 → mean 2/3, population std 1.0274
+    mean, std = 2 / 3, float(np.std([2.0, -0.5, 0.5]))
+    z = lambda g: (g - mean) / (std + 1e-6)  # noqa: E731
+    adv = est([a, b], {"q": TASK})
+    # outcome (dr_grpo): +0.5 / −0.5; returns with γ = 0.5 over turns
+    a_turns = [0.5 + z(2.0) + 0.5 * z(-0.5), 0.5 + z(-0.5), 0.5]
+    b_turns = [-0.5 + z(0.5), -0.5, -0.5]
+    assert adv[0].tolist() == pytest.approx(np.repeat(a_turns, 2).tolist(), abs=1e-5)
+    assert adv[1].tolist() == pytest.approx(np.repeat(b_turns, 2).tolist(), abs=1e-5)
+    assert a.turns[0].info["step_rewards"]["info_gain/gold_logprob"] == 2.0
+
+
+def test_gold_prob_entropy_and_kl_by_hand():
+    reader = TableReader({"": math.log(0.2), "D0": math.log(0.6)})
+    t = traj("q", [(0, False)], reward=0.0)
+    assert InfoGain("gold_prob", reader=reader).step_rewards([t], {"q": TASK})[0][0] == pytest.approx(0.4)
+    # entropy / kl over candidates: every candidate scores the same here → uniform before and after
+    flat = TableReader({"": -1.0, "D0": -1.0})
+    assert InfoGain("entropy", reader=flat, candidates=3).step_rewards([t], {"q": TASK})[0][0] == pytest.approx(0)
+    assert InfoGain("kl", reader=flat, candidates=3).step_rewards([t], {"q": TASK})[0][0] == pytest.approx(0)
+
+
+def test_failed_and_repeated_reads_are_not_new_documents():
+    t = traj("q", [(3, False), (1, False), (1, True)], reward=0.0)
+    t.turns[0].error = "tool failed"  # a failed turn adds no document and earns nothing
+    assert read_documents(t) == [(1, "D1"), (2, None)]
+
+
+@pytest.fixture(scope="module")
+def reader():
+    from sleuth.rewards.reader import Reader
+
+    return Reader("smollm2")
+
+
+def test_reader_passes_are_t_plus_one(reader, hotpot_tasks):
+    task = hotpot_tasks[0]
+    docs = task.payload["docs"]
+    turns = [turn({"doc": i, "reread": False}, obs=f"[{i}] {docs[i]['title']}\n{docs[i]['text']}") for i in (0, 1, 2)]
+    t = Trajectory(task.id, "DocRead-v0", [1], turns=turns + [turn()], reward=0.0, group=task.id)
+    before = reader.calls
+    InfoGain("gold_prob", reader=reader).step_rewards([t], {task.id: task})
+    assert reader.calls - before == 4  # T = 3 reads → 4 contexts, not 2T = 6
+
+
+def test_gold_paragraph_raises_gold_prob_for_smollm2(reader, hotpot_tasks):
+    """HotpotQA test question 1 (kept fixed): adding a gold supporting paragraph raises SmolLM2's
+    length-normalised probability of the gold answer; adding a distractor raises it less."""
+    task = hotpot_tasks[1]
+    docs = task.payload["docs"]
+    gold = next(i for i, d in enumerate(docs) if d["title"] in task.payload["supporting"])
+    other = next(i for i, d in enumerate(docs) if d["title"] not in task.payload["supporting"])
+
+    def gain(i):
+        t = Trajectory(task.id, "DocRead-v0", [1], turns=[turn({"doc": i, "reread": False},
+                                                                obs=f"[{i}] {docs[i]['title']}\n{docs[i]['text']}")])
+        return InfoGain("gold_prob", reader=reader).step_rewards([t], {task.id: task})[0][0]
+
+    g_gold, g_other = gain(gold), gain(other)
+    assert g_gold > 0 and g_gold > g_other
