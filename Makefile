@@ -44,13 +44,14 @@ $(VLLM_STAMP): Makefile
 
 vllm: $(VLLM_STAMP)
 
-# Main job: SmolLM2 and the scripted baselines on a held-out HotpotQA slice (both harnesses) → a few GRPO
-# steps of SmolLM2 on the train split → the trained model on the same slice → a paired before/after comparison.
+# Main job: SmolLM2 and the scripted baselines on a held-out HotpotQA slice (both harnesses) → a few CIGPO
+# steps (GRPO + information-gain step rewards) of SmolLM2 on the train split → the trained model on the same
+# slice → a paired before/after comparison.
 # Re-running continues where it stopped (finished episodes and checkpoints are kept).
 run: setup
 	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
 		--policy oracle,first-k,random,smollm2 --harness text,json --out runs/main
-	$(VENV)/bin/sleuth train --config configs/docread_quick.yaml --out runs/main/train --max-steps $(STEPS) --resume
+	$(VENV)/bin/sleuth train --config configs/docread_cigpo.yaml --out runs/main/train --max-steps $(STEPS) --resume
 	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
 		--policy runs/main/train/hf --harness text --out runs/main/trained-text
 	$(VENV)/bin/sleuth compare runs/main/smollm2-text runs/main/trained-text --out runs/main/before-after
