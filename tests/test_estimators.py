@@ -54,3 +54,100 @@ def test_unknown_estimator_and_arguments_are_refused():
     with pytest.raises(ValueError, match="bad arguments"):
         make_estimator("dr_grpo", eps=1)
     assert {"grpo", "dr_grpo", "rloo"} <= set(estimators())
+
+
+def _obs_traj(task, observations, reward):
+    turns = [Turn([1, 2], [0.0, 0.0], "a", observation=o, observation_ids=[9] if o else []) for o in observations]
+    return Trajectory(task, "env", [1], turns=turns, reward=reward, group=task)
+
+
+def test_gigpo_by_hand():
+    from sleuth.rewards.gigpo import GiGPO
+
+    # three trajectories of one task: a reads A then answers (R=1), b reads A then answers (R=0), c reads B (R=0)
+    a = _obs_traj("t", ["A", ""], 1.0)
+    b = _obs_traj("t", ["A", ""], 0.0)
+    c = _obs_traj("t", ["B", ""], 0.0)
+    adv = GiGPO(omega=0.5, gamma=0.5, eps=0.0)([a, b, c])
+    # episode: grpo of (1, 0, 0): mean 1/3, sample std 0.57735 → 1.1547, −0.57735, −0.57735
+    ep = [1.1547, -0.57735, -0.57735]
+    # step returns (γ = 0.5, outcome on the last turn): turn 0 → (0.5, 0, 0), turn 1 → (1, 0, 0)
+    # anchor () holds every turn 0: (0.5, 0, 0) → population z (1.41421, −0.70711, −0.70711)
+    # anchor ("A",) holds a's and b's turn 1: (1, 0) → (1, −1); c's turn 1 (anchor ("B",)) is alone → 0
+    expect = [[ep[0] + 0.5 * 1.41421, ep[0] + 0.5 * 1.0], [ep[1] - 0.5 * 0.70711, ep[1] - 0.5 * 1.0],
+              [ep[2] - 0.5 * 0.70711, ep[2]]]
+    for got, want in zip(adv, expect, strict=True):
+        assert got.tolist() == pytest.approx(np.repeat(want, 2).tolist(), abs=1e-4)
+
+
+def _qa_task():
+    from sleuth.tasks.base import Task
+
+    return Task("q", "who?", "Ann", payload={"supporting": ["Gold"], "docs": []})
+
+
+def _read_traj(reads, reward):
+    """reads: (doc, title, observation) per read round, then a final answer round."""
+    turns = [Turn([1, 2], [0.0, 0.0], f"read {d}", observation=obs, observation_ids=[9],
+                  info={"read": {"doc": d, "title": title, "reread": False}}) for d, title, obs in reads]
+    turns.append(Turn([1, 2], [0.0, 0.0], "answer: x"))
+    return Trajectory("q", "DocRead-v0", [1], turns=turns, reward=reward, group="q")
+
+
+@pytest.mark.parametrize("gamma, weights", [(10.0, [1.0, 0.0]), (1.0, [math.e / (math.e + 1), 1 / (math.e + 1)])])
+def test_cw_grpo_by_hand(gamma, weights):
+    from sleuth.rewards.contribution import CWGRPO
+
+    a = _read_traj([(0, "Gold", "Ann was born..."), (1, "Other", "nothing")], 1.0)  # c = (1·1, 0·0)
+    b = _read_traj([(1, "Other", "nothing"), (0, "Gold", "Ann was born...")], 0.0)
+    c = _read_traj([(2, "Other2", "x"), (3, "Other3", "y")], 0.0)
+    est = CWGRPO(gamma=gamma)
+    adv = est([a, b, c], {"q": _qa_task()})
+    A = 1.1547  # grpo of (1, 0, 0)
+    want = [A * 2 * weights[0], A * 2 * weights[1], A]
+    assert adv[0].tolist() == pytest.approx(np.repeat(want, 2).tolist(), abs=1e-4)
+    assert np.mean([adv[0][0], adv[0][2]]) == pytest.approx(A, abs=1e-4)  # mean over non-final rounds is A
+    for neg in adv[1:]:  # A ≤ 0: untouched
+        assert neg.tolist() == pytest.approx([-0.57735] * 6, abs=1e-4)
+    assert est.judged == 1  # the judge ran only on the positive trajectory
+
+
+def test_cw_grpo_without_any_contribution_is_plain_grpo():
+    from sleuth.rewards.contribution import CWGRPO
+
+    a = _read_traj([(2, "Other2", "x")], 1.0)
+    b = _read_traj([(3, "Other3", "y")], 0.0)
+    adv = CWGRPO()([a, b], {"q": _qa_task()})
+    assert adv[0].tolist() == pytest.approx([0.70711] * 4, abs=1e-4)
+
+
+def test_cw_grpo_adv_by_hand():
+    from sleuth.rewards.contribution import CWGRPOAdv
+
+    est = CWGRPOAdv.__new__(CWGRPOAdv)
+    est.lo, est.hi = 0.5, 2.0
+    a = _read_traj([(0, "Gold", "A"), (1, "Other", "B")], 1.0)
+    b = _read_traj([(2, "Other2", "C")], 0.0)
+    steps = [[0.9, 0.1, 0.0], [0.2, 0.0]]  # read-turn gains 0.9, 0.1, 0.2 → baseline 0.4
+    phi = est.contributions([a, b], steps)
+    # a: s = (0.5, −0.3) → φ = ½ · 0.5 = 0.25; b: s = (−0.2) → φ = 0
+    assert phi.tolist() == pytest.approx([0.25, 0.0])
+
+    class Fixed:
+        def step_rewards(self, trajs, tasks):
+            return steps
+
+    est.step_source = Fixed()
+    adv = est([a, b], {"q": _qa_task()})
+    # φ clipped to [0.5, 2]: 0.5 · (1 − 0.5) and 0.5 · (0 − 0.5)
+    assert adv[0][0] == pytest.approx(0.25) and adv[1][0] == pytest.approx(-0.25)
+
+
+def test_llm_judge_parses_and_runs_with_smollm2():
+    from sleuth.rewards.contribution import LLMJudge, _parse_judgement
+
+    assert _parse_judgement("useful: yes\nsupported: no") == (1.0, 0.0)
+    assert _parse_judgement("**Useful**: Yes. Supported: yes") == (1.0, 1.0)
+    assert _parse_judgement("I cannot tell") == (0.0, 0.0)
+    scores = LLMJudge("smollm2", max_tokens=12)(_read_traj([(0, "Gold", "Ann was born in Oslo.")], 1.0), _qa_task())
+    assert len(scores) == 1 and all(x in (0.0, 1.0) for x in scores[0])

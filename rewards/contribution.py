@@ -1,0 +1,165 @@
+"""Contribution-weighted group advantages.
+
+`cw_grpo` (the published form): a judge scores each non-final round t of a trajectory with u_t (the
+round retrieved something useful and new) and v_t (its reasoning is supported), c_t = u_t·v_t, and the
+contributions are normalised over the K non-final rounds: c̃ = softmax(c/γ) for γ < 10, c̃ = c/Σc for
+γ ≥ 10 (uniform when Σc = 0). The outcome GRPO advantage A stays on the final round; if A > 0 round t's
+tokens get A·K·c̃_t (so the mean over the non-final rounds is still A); if A ≤ 0 nothing changes. The
+judge runs only on trajectories with A > 0.
+
+`cw_grpo_adv` (our design notes): step advantages s_{i,t} = g_{i,t} − mean(g) from step rewards g (e.g.
+information gain, over the group's read turns); φ_i = (fraction of the trajectory's read turns with
+s > 0) × (mean of its positive s); A_i = clip(φ_i, lo, hi) · (R_i − mean_j R_j).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from sleuth.agents.trajectory import Trajectory
+from sleuth.rewards.base import groups, outcome, per_token, per_turn, register_estimator
+from sleuth.rewards.group import GroupOutcome
+from sleuth.rewards.info_gain import InfoGain, read_documents
+
+
+class Judge(Protocol):
+    def __call__(self, traj: Trajectory, task: Any) -> list[tuple[float, float]]: ...
+
+
+class RuleJudge:
+    """For QA envs: u_t = 1 if round t read a gold supporting document not read before; v_t = 1 if the
+    round's text (action and what it returned) mentions the answer or a gold supporting title."""
+
+    def __call__(self, traj: Trajectory, task: Any) -> list[tuple[float, float]]:
+        gold = set(task.payload.get("supporting", []))
+        entities = [e.lower() for e in (*gold, task.answer, *task.aliases) if e]
+        seen: set[Any] = set()
+        out = []
+        for turn in traj.turns[:-1]:
+            read = turn.info.get("read") if not turn.error else None
+            u = float(bool(read) and read.get("title") in gold and read.get("doc") not in seen)
+            if read:
+                seen.add(read.get("doc"))
+            text = f"{turn.action_text}\n{turn.observation}".lower()
+            v = float(any(e in text for e in entities))
+            out.append((u, v))
+        return out
+
+
+JUDGE_PROMPT = (
+    "You grade one step of a research agent answering a question from documents.\n"
+    "Question: {question}\nGold answer: {answer}\n\nThe step (the agent's action, then what it got back):\n"
+    "{step}\n\nAnswer two lines exactly:\nuseful: yes|no   (did this step retrieve useful, new information?)\n"
+    "supported: yes|no   (is the step's reasoning supported by the evidence?)"
+)
+
+
+class LLMJudge:
+    """Any policy backend (`sleuth.agents.policies.load_policy` spec) as the judge, with JUDGE_PROMPT; an
+    unparsable reply counts as 0."""
+
+    def __init__(self, policy: str = "smollm2", max_tokens: int = 16):
+        from sleuth.agents.chat import ChatRenderer
+        from sleuth.agents.policies import load_policy
+        from sleuth.agents.policy import SamplingParams
+
+        self.policy = load_policy(policy)
+        self.renderer = ChatRenderer(self.policy.tokenizer)
+        self.sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+
+    def __call__(self, traj: Trajectory, task: Any) -> list[tuple[float, float]]:
+        from sleuth.agents.policy import Request
+
+        reqs = []
+        for turn in traj.turns[:-1]:
+            msgs = [{"role": "user", "content": JUDGE_PROMPT.format(
+                question=task.question, answer=task.answer, step=f"{turn.action_text}\n---\n{turn.observation[:1500]}")}]
+            reqs.append(Request(self.renderer.prompt_ids(msgs), msgs, task))
+        return [_parse_judgement(g.text) for g in self.policy.generate(reqs, self.sampling)] if reqs else []
+
+
+def _parse_judgement(text: str) -> tuple[float, float]:
+    low = text.lower()
+
+    def flag(key: str) -> float:
+        at = low.find(key)
+        return float(at >= 0 and low[at + len(key):].lstrip(" :*").startswith("yes"))
+
+    return flag("useful"), flag("supported")
+
+
+def normalise(c: Sequence[float], gamma: float) -> np.ndarray:
+    c = np.asarray(c, dtype=np.float64)
+    if c.size == 0:
+        return c
+    if gamma >= 10:
+        total = c.sum()
+        return c / total if total > 0 else np.full(c.size, 1.0 / c.size)
+    e = np.exp((c - c.max()) / gamma)
+    return e / e.sum()
+
+
+class CWGRPO:
+    def __init__(self, judge: str = "rule", gamma: float = 10.0, judge_policy: str = "smollm2", eps: float = 1e-6):
+        if judge not in ("rule", "llm"):
+            raise ValueError(f"cw_grpo judge must be rule or llm; got {judge!r}")
+        self.judge: Judge = RuleJudge() if judge == "rule" else LLMJudge(judge_policy)
+        self.gamma = gamma
+        self.outcome = GroupOutcome("grpo", eps)
+        self.judged = 0  # trajectories the judge ran on
+
+    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> list[np.ndarray]:
+        adv = self.outcome.trajectory_advantages(trajs)
+        out = []
+        for traj, a in zip(trajs, adv, strict=True):
+            k = len(traj.turns) - 1
+            if a <= 0 or k == 0:
+                out.append(per_token(traj, a))
+                continue
+            self.judged += 1
+            c = normalise([u * v for u, v in self.judge(traj, tasks[traj.task_id])], self.gamma)
+            out.append(per_turn(traj, [*(a * k * c).tolist(), a]))
+        return out
+
+
+class CWGRPOAdv:
+    def __init__(self, step_reward: Mapping[str, Any] | None = None, phi_clip: tuple[float, float] = (0.5, 2.0)):
+        self.step_source = InfoGain(**dict(step_reward or {}))
+        self.lo, self.hi = phi_clip
+
+    def contributions(self, trajs: Sequence[Trajectory], steps: Sequence[Sequence[float]]) -> np.ndarray:
+        phi = np.zeros(len(trajs))
+        for idx in groups(trajs).values():
+            read_turns = {i: [t for t, text in read_documents(trajs[i]) if text is not None] for i in idx}
+            gains = [steps[i][t] for i in idx for t in read_turns[i]]
+            base = float(np.mean(gains)) if gains else 0.0
+            for i in idx:
+                s = np.array([steps[i][t] - base for t in read_turns[i]])
+                pos = s[s > 0]
+                phi[i] = (pos.size / s.size) * pos.mean() if pos.size else 0.0
+        return phi
+
+    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> list[np.ndarray]:
+        steps = self.step_source.step_rewards(trajs, tasks)
+        phi = np.clip(self.contributions(trajs, steps), self.lo, self.hi)
+        out = [0.0] * len(trajs)
+        for idx in groups(trajs).values():
+            r = np.array([outcome(trajs[i]) for i in idx])
+            for i, centred in zip(idx, r - r.mean(), strict=True):
+                out[i] = phi[i] * centred
+        return [per_token(t, a) for t, a in zip(trajs, out, strict=True)]
+
+
+@register_estimator("cw_grpo")
+def cw_grpo(**kwargs: Any) -> CWGRPO:
+    return CWGRPO(**kwargs)
+
+
+@register_estimator("cw_grpo_adv")
+def cw_grpo_adv(**kwargs: Any) -> CWGRPOAdv:
+    if "phi_clip" in kwargs:
+        kwargs["phi_clip"] = tuple(kwargs["phi_clip"])
+    return CWGRPOAdv(**kwargs)
