@@ -1,0 +1,102 @@
+"""GEAR, ground-truth-conditioned form (`gear_gt`): token weights that reshape the GRPO advantage.
+
+A teacher — the reader model given the gold answer and supporting titles in an extra system message before
+the trajectory — and a student — the same model on the trajectory as it is — score every policy token.
+Where the teacher diverges sharply from the student (D_t = KL(p_teacher ‖ p_student) above μ + κ·σ of the
+trajectory's policy tokens) a segment starts; it extends over the following tokens while the student's
+entropy stays ≥ τ (the trajectory's median entropy by default) and ends at a low-entropy token, the next
+spike, or the end of the turn. Tokens inside segments get weight 1 + α, others 1; weights are rescaled so
+their mean over the trajectory's policy tokens is 1, and A_{i,t} = A^{grpo}_i · w_{i,t}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from sleuth.agents.trajectory import Trajectory
+from sleuth.rewards.base import per_token, register_estimator
+from sleuth.rewards.group import GroupOutcome
+
+HINT = "For grading only: the correct answer is {answer}. Supporting documents: {titles}."
+
+
+def segment_weights(divergence: np.ndarray, entropy: np.ndarray, turn_ends: Sequence[int], kappa: float = 1.0,
+                    tau: float | None = None, alpha: float = 1.0) -> np.ndarray:
+    """Weights for one trajectory's policy tokens (see the module docstring); `turn_ends` are the indices
+    one past each turn's last token."""
+    n = len(divergence)
+    if n == 0:
+        return np.zeros(0)
+    spikes = divergence > divergence.mean() + kappa * divergence.std()
+    tau = float(np.median(entropy)) if tau is None else tau
+    ends = set(turn_ends)
+    inside = np.zeros(n, dtype=bool)
+    active = False
+    for t in range(n):
+        if t in ends:
+            active = False
+        if spikes[t]:
+            active = True
+        elif active and entropy[t] < tau:
+            active = False
+        inside[t] = active
+    w = np.where(inside, 1.0 + alpha, 1.0)
+    return w / w.mean()
+
+
+class GearGT:
+    def __init__(self, reader: Any = "smollm2", kappa: float = 1.0, tau: float | None = None, alpha: float = 1.0,
+                 eps: float = 1e-6):
+        if isinstance(reader, str):
+            from sleuth.rewards.reader import Reader
+
+            reader = Reader(reader)
+        self.reader, self.kappa, self.tau, self.alpha = reader, kappa, tau, alpha
+        self.outcome = GroupOutcome("grpo", eps)
+
+    def hint_ids(self, task: Any) -> list[int]:
+        tok = self.reader.tokenizer
+        text = HINT.format(answer=task.answer, titles="; ".join(task.payload.get("supporting", [])) or "none")
+        rendered = tok.apply_chat_template([{"role": "system", "content": text}], tokenize=False)
+        return tok(rendered, add_special_tokens=False)["input_ids"]
+
+    @torch.no_grad()
+    def token_signals(self, traj: Trajectory, task: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(KL(teacher ‖ student), student entropy) at each policy token of the trajectory."""
+        model = self.reader.model
+        dev = next(model.parameters()).device
+        ids = traj.token_ids()
+        mask = np.array(traj.loss_mask(), dtype=bool)
+        pos = np.nonzero(mask)[0]  # positions of policy tokens; predicted from pos − 1
+        hint = self.hint_ids(task)
+
+        def logprobs(seq: list[int], offset: int) -> torch.Tensor:
+            logits = model(input_ids=torch.tensor([seq], device=dev)).logits[0].float()
+            return torch.log_softmax(logits[torch.as_tensor(pos + offset - 1, device=dev)], -1)
+
+        student = logprobs(ids, 0)
+        teacher = logprobs(hint + ids, len(hint))
+        kl = (teacher.exp() * (teacher - student)).sum(-1)
+        ent = -(student.exp() * student).sum(-1)
+        return kl.cpu().numpy(), ent.cpu().numpy()
+
+    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> list[np.ndarray]:
+        adv = self.outcome.trajectory_advantages(trajs)
+        out = []
+        for traj, a in zip(trajs, adv, strict=True):
+            if a == 0 or traj.num_policy_tokens == 0:
+                out.append(per_token(traj, a))
+                continue
+            div, ent = self.token_signals(traj, tasks[traj.task_id])
+            ends = np.cumsum([len(t.action_ids) for t in traj.turns])[:-1].tolist()
+            out.append(a * segment_weights(div, ent, ends, self.kappa, self.tau, self.alpha))
+        return out
+
+
+@register_estimator("gear_gt")
+def gear_gt(**kwargs: Any) -> GearGT:
+    return GearGT(**kwargs)
