@@ -274,6 +274,8 @@ def _print_table(summaries: list[dict[str, Any]]) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sleuth", description=__doc__)
+    # The deepspeed launcher puts --local_rank=N before the subcommand (LOCAL_RANK is also in the environment).
+    p.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("envs", help="list registered environments").set_defaults(fn=cmd_envs)
     e = sub.add_parser("eval", help="evaluate policies on held-out tasks")
@@ -352,7 +354,6 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key, e.g. --set rollout.group_size=8 (repeatable)")
-    t.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)  # the deepspeed launcher's
     t.set_defaults(fn=cmd_train)
     pl = sub.add_parser("plot", help="plot a training run's metrics to RUN/training.png")
     pl.add_argument("run")

@@ -49,3 +49,9 @@ def test_bad_files(tmp_path, capsys):
     bad.write_text("rolout:\n  group_size: 2\n")
     assert main(["train", "--config", str(bad)]) == 2
     assert "unknown config key 'rolout'" in capsys.readouterr().err
+
+
+def test_deepspeed_launcher_argument_is_accepted(capsys):
+    """The deepspeed launcher calls `sleuth --local_rank=N train ...`."""
+    assert main(["--local_rank=0", "plot", "/nonexistent/run"]) == 2
+    assert "no metrics" in capsys.readouterr().err
