@@ -18,7 +18,8 @@ shared across a group (the question alone) are scored once.
 
 Advantage (per turn t of trajectory i in group G):
     A_{i,t} = w_o · A^{outcome}_i + w_s · Σ_{k ≥ t} γ^{k−t} ĝ_{i,k},
-    ĝ_{i,k} = (g_{i,k} − mean(g)) / (std(g) + ε) over the read turns of the group (0 on other turns),
+    ĝ_{i,k} = (g_{i,k} − mean(g)) / (std(g) + ε) over the non-final turns of the group (g = 0 on turns
+    that read nothing new; the final turn has ĝ = 0),
 with A^{outcome} the group's `grpo` (or `dr_grpo`, `rloo`) advantage of the outcome reward.
 """
 
@@ -132,14 +133,15 @@ class InfoGain:
                 turn.info.setdefault("step_rewards", {})[f"info_gain/{self.variant}"] = g
         norm = [np.zeros(len(t.turns)) for t in trajs]
         for idx in groups(trajs).values():
-            gains = [steps[i][t] for i in idx for t, text in read_documents(trajs[i]) if text is not None]
-            if len(gains) < 2:
+            # The pool is every non-final turn of the group (a turn that read nothing new has gain 0), so a
+            # lone useful read still stands out and turns that read nothing are ranked below reading ones.
+            pool = [steps[i][t] for i in idx for t in range(len(trajs[i].turns) - 1)]
+            if len(pool) < 2 or float(np.std(pool)) == 0.0:
                 continue
-            mean, std = float(np.mean(gains)), float(np.std(gains))
+            mean, std = float(np.mean(pool)), float(np.std(pool))
             for i in idx:
-                for t, text in read_documents(trajs[i]):
-                    if text is not None:
-                        norm[i][t] = (steps[i][t] - mean) / (std + self.eps)
+                for t in range(len(trajs[i].turns) - 1):
+                    norm[i][t] = (steps[i][t] - mean) / (std + self.eps)
         out = []
         for i, traj in enumerate(trajs):
             returns = np.zeros(len(traj.turns))

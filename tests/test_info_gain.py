@@ -47,13 +47,14 @@ def test_gold_logprob_gains_and_advantages_by_hand():
     b = traj("q", [(2, False), (2, True)], reward=0.0)  # gain +0.5, then a re-read: 0
     steps = est.step_rewards([a, b], {"q": TASK})
     assert steps == [[2.0, -0.5, 0.0], [0.5, 0.0, 0.0]]
-    # read-turn gains of the group: 2, −0.5, 0.5 → mean 2/3, population std 1.0274
-    mean, std = 2 / 3, float(np.std([2.0, -0.5, 0.5]))
+    # non-final turns of the group: gains 2, −0.5, 0.5, 0 → mean 0.5, population std 0.93541
+    mean, std = 0.5, 0.935414
     z = lambda g: (g - mean) / (std + 1e-6)  # noqa: E731
     adv = est([a, b], {"q": TASK})
-    # outcome (dr_grpo): +0.5 / −0.5; returns with γ = 0.5 over turns
+    # outcome (dr_grpo): +0.5 / −0.5; returns with γ = 0.5 over turns; the final turn carries no step term
     a_turns = [0.5 + z(2.0) + 0.5 * z(-0.5), 0.5 + z(-0.5), 0.5]
-    b_turns = [-0.5 + z(0.5), -0.5, -0.5]
+    b_turns = [-0.5 + z(0.5) + 0.5 * z(0.0), -0.5 + z(0.0), -0.5]
+    assert z(2.0) == pytest.approx(1.60357, abs=1e-4) and z(0.0) == pytest.approx(-0.53452, abs=1e-4)
     assert adv[0].tolist() == pytest.approx(np.repeat(a_turns, 2).tolist(), abs=1e-5)
     assert adv[1].tolist() == pytest.approx(np.repeat(b_turns, 2).tolist(), abs=1e-5)
     assert a.turns[0].info["step_rewards"]["info_gain/gold_logprob"] == 2.0
