@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from sleuth.agents.trajectory import Trajectory
-from sleuth.rewards.base import per_token, register_estimator
+from sleuth.rewards.base import groups, per_token, per_turn, register_estimator
 from sleuth.rewards.group import GroupOutcome
 
 HINT = "For grading only: the correct answer is {answer}. Supporting documents: {titles}."
@@ -95,6 +95,62 @@ class GearGT:
             ends = np.cumsum([len(t.action_ids) for t in traj.turns])[:-1].tolist()
             out.append(a * segment_weights(div, ent, ends, self.kappa, self.tau, self.alpha))
         return out
+
+
+GRANULARITIES = ("outcome", "tool", "info_gain")
+
+
+class GearMix:
+    """GEAR as in our design notes (`gear_mix`): K advantage granularities per token, each group-normalised,
+    mixed in the trainer by a learned head over the policy's hidden state (`training.mixing`), plus EMA
+    self-distillation. Granularities: `outcome` (GRPO of the outcome reward), `tool` (+1 for a turn whose tool
+    call ran, −1 for a malformed or failed one, z-scored over the group's turns), `info_gain` (CIGPO's
+    discounted, normalised read gains; `step_reward` configures it). Output: (tokens, K) per trajectory."""
+
+    def __init__(self, granularities: Sequence[str] = ("outcome", "tool"), step_reward: Mapping[str, Any] | None = None,
+                 mixer_lr: float = 1e-3, entropy_coef: float = 0.01, ema_decay: float = 0.99,
+                 distill_coef: float = 0.1, eps: float = 1e-6):
+        bad = [g for g in granularities if g not in GRANULARITIES]
+        if bad or not granularities:
+            raise ValueError(f"gear_mix granularities must be among {', '.join(GRANULARITIES)}; got {list(granularities)}")
+        self.granularities, self.eps = list(granularities), eps
+        self.outcome = GroupOutcome("grpo", eps)
+        self.info = None
+        if "info_gain" in self.granularities:
+            from sleuth.rewards.info_gain import InfoGain
+
+            self.info = InfoGain(**{**dict(step_reward or {}), "outcome_weight": 0.0, "step_weight": 1.0})
+        self.mixing = {"granularities": len(self.granularities), "mixer_lr": mixer_lr, "entropy_coef": entropy_coef,
+                       "ema_decay": ema_decay, "distill_coef": distill_coef}
+
+    def tool_advantages(self, trajs: Sequence[Trajectory]) -> list[np.ndarray]:
+        out = [np.zeros(len(t.turns)) for t in trajs]
+        for idx in groups(trajs).values():
+            pool = [(i, k, -1.0 if turn.error else 1.0) for i in idx for k, turn in enumerate(trajs[i].turns)]
+            v = np.array([x for *_, x in pool])
+            if v.size < 2 or v.std() == 0:
+                continue
+            for (i, k, x) in pool:
+                out[i][k] = (x - v.mean()) / (v.std() + self.eps)
+        return [per_turn(t, a.tolist()) for t, a in zip(trajs, out, strict=True)]
+
+    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any] | None = None) -> list[np.ndarray]:
+        parts = []
+        for g in self.granularities:
+            if g == "outcome":
+                parts.append(self.outcome(trajs))
+            elif g == "tool":
+                parts.append(self.tool_advantages(trajs))
+            else:
+                if tasks is None:
+                    raise ValueError("gear_mix with info_gain needs the tasks (the trainer passes them)")
+                parts.append(self.info(trajs, tasks))
+        return [np.stack([p[i] for p in parts], axis=-1) for i in range(len(trajs))]
+
+
+@register_estimator("gear_mix")
+def gear_mix(**kwargs: Any) -> GearMix:
+    return GearMix(**kwargs)
 
 
 @register_estimator("gear_gt")

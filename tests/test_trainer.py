@@ -196,3 +196,12 @@ def test_info_gain_estimator_gets_tasks_and_refreshes(tiny_model_dir, tmp_path):
     reader = trainer.estimator.reader.model.state_dict()
     policy = trainer.rollout.policy.model.state_dict()
     assert all(torch.equal(reader[k], policy[k]) for k in policy)  # the reader is now the trained policy
+
+
+def test_gear_mix_through_the_trainer(tiny_model_dir, tmp_path):
+    from sleuth.training.trainer import Trainer
+
+    cfg = _cfg(tiny_model_dir, tmp_path / "gm", max_steps=1, **{"algorithm.estimator": "gear_mix"})
+    row = Trainer(cfg, progress=False).train()[0]
+    assert row["mix/w0"] == pytest.approx(0.5) and row["mix/w1"] == pytest.approx(0.5)  # uniform at the start
+    assert row["grad_norm"] > 0

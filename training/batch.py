@@ -19,7 +19,7 @@ class Batch:
     input_ids: torch.Tensor  # (B, L) long
     attention_mask: torch.Tensor  # (B, L) long: 1 on real tokens
     loss_mask: torch.Tensor  # (B, L) float: 1 on policy tokens
-    advantages: torch.Tensor  # (B, L) float
+    advantages: torch.Tensor  # (B, L) float, or (B, L, K) granularities to be mixed
     sampling_logprobs: torch.Tensor  # (B, L) float: the rollout engine's, 0 off the mask
     index: list[int]  # which trajectory each row holds
 
@@ -36,10 +36,12 @@ def build_batch(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray], p
     index = list(index) if index is not None else list(range(len(trajs)))
     width = max((len(t.token_ids()) for t in trajs), default=1)
     n = len(trajs)
+    # (tokens,) advantages, or (tokens, K) granularities that the trainer mixes (GEAR's gear_mix)
+    extra = tuple(np.shape(advantages[0])[1:]) if len(advantages) else ()
     ids = torch.full((n, width), pad_id, dtype=torch.long)
     attn = torch.zeros((n, width), dtype=torch.long)
     mask = torch.zeros((n, width), dtype=torch.float32)
-    adv = torch.zeros((n, width), dtype=torch.float32)
+    adv = torch.zeros((n, width, *extra), dtype=torch.float32)
     slp = torch.zeros((n, width), dtype=torch.float32)
     for row, (t, a) in enumerate(zip(trajs, advantages, strict=True)):
         tok = t.token_ids()
@@ -49,7 +51,7 @@ def build_batch(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray], p
         ids[row, :len(tok)] = torch.tensor(tok)
         attn[row, :len(tok)] = 1
         mask[row, :len(tok)] = m
-        full_adv = torch.zeros(len(tok))
+        full_adv = torch.zeros((len(tok), *extra))
         full_adv[m.bool()] = torch.as_tensor(a, dtype=torch.float32)
         adv[row, :len(tok)] = full_adv
         slp[row, :len(tok)] = torch.tensor(t.sampling_logprobs(), dtype=torch.float32)

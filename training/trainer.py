@@ -65,8 +65,13 @@ class Trainer:
         if cfg.loss.kl_coef > 0:
             ref = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype).to(device()).eval()
             ref.requires_grad_(False)
+        mixing = None
+        if getattr(self.estimator, "mixing", None):  # gear_mix: the trainer mixes its granularities per token
+            from sleuth.training.mixing import Mixing, MixingConfig
+
+            mixing = Mixing(MixingConfig(**self.estimator.mixing), self.engine.module, model.config.hidden_size)
         self.updater = PolicyUpdater(self.engine, cfg.loss, self.pad_id, cfg.update.micro_batch_tokens, ref,
-                                     temperature=cfg.rollout.temperature)
+                                     temperature=cfg.rollout.temperature, mixing=mixing)
         self.probe_ids = ChatRenderer(self.tokenizer).prompt_ids(PROBE)
         self.rollout = make_rollout(cfg, self.model_path, dtype, self.probe_ids)
         self.step, version = 0, 0
@@ -135,7 +140,9 @@ class Trainer:
             "rewards": [t.reward for t in seen], "truncated": [float(t.truncated) for t in seen],
             "length_correct": [t.num_policy_tokens for t in seen if t.reward > 0],
             "length_wrong": [t.num_policy_tokens for t in seen if t.reward <= 0],
-            "components": _components(seen), "adv": np.concatenate(advantages).tolist() if advantages else [],
+            "components": _components(seen),
+            "adv": np.concatenate([np.asarray(a).reshape(len(a), -1).mean(-1) for a in advantages]).tolist()
+            if advantages else [],
             "groups": len(groups(seen)), "zero_var": dict(zero_var), "gen_tokens": sum(t.num_policy_tokens for t in seen),
             **upd,
         }
@@ -212,6 +219,8 @@ class Trainer:
         row.update(describe("adv", adv, ("mean", "absmax")))
         row["loss/policy"] = sum(p.get("loss", 0.0) for p in parts)
         row["grad_norm"] = parts[0].get("grad_norm", float("nan"))
+        for k, w in enumerate(parts[0].get("mix_weights", [])):  # gear_mix: mean weight per granularity
+            row[f"mix/w{k}"] = w
         row.update(describe("kl", cat("kl"), ("mean",)))
         row.update(describe("entropy", cat("entropy"), ("mean",)))
         clip_low, clip_high = cat("clip_low"), cat("clip_high")

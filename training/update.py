@@ -16,15 +16,17 @@ import torch.distributed as dist
 from sleuth.agents.trajectory import Trajectory
 from sleuth.training.batch import Batch, micro_batches
 from sleuth.training.engine import device
-from sleuth.training.losses import LossConfig, denominator, policy_loss, token_logprobs
+from sleuth.training.losses import LossConfig, aggregate, denominator, policy_loss, token_logprobs
+from sleuth.training.mixing import Mixing
 
 
 class PolicyUpdater:
     def __init__(self, engine: Any, loss: LossConfig, pad_id: int, micro_batch_tokens: int,
-                 ref: torch.nn.Module | None = None, temperature: float = 1.0):
+                 ref: torch.nn.Module | None = None, temperature: float = 1.0, mixing: Mixing | None = None):
         self.engine, self.loss, self.pad_id, self.micro_batch_tokens, self.ref = engine, loss, pad_id, micro_batch_tokens, ref
         # The policy being optimised is the sampling distribution softmax(logits / T), as in the rollouts.
         self.temperature = temperature if temperature > 0 else 1.0
+        self.mixing = mixing  # GEAR's learned mixing of advantage granularities + EMA self-distillation
 
     def update(self, trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray]) -> dict[str, Any]:
         """One optimizer step over this rank's trajectories (every rank runs the same number of micro-batches,
@@ -39,15 +41,28 @@ class PolicyUpdater:
             return {"skipped": 1}
         dev = device()
         loss_sum = 0.0
-        acc: dict[str, list] = {k: [] for k in ("ratio", "clip_low", "clip_high", "kl", "entropy", "mismatch")}
+        acc: dict[str, list] = {k: [] for k in ("ratio", "clip_low", "clip_high", "kl", "entropy", "mismatch",
+                                                "mix_weights")}
         self.engine.train()
         for i in range(n_micro):
             b = (batches[i] if i < len(batches) else _empty_like(batches[0] if batches else None, self.pad_id)).to(dev)
-            logits = self.engine(input_ids=b.input_ids, attention_mask=b.attention_mask).logits / self.temperature
+            out = self.engine(input_ids=b.input_ids, attention_mask=b.attention_mask,
+                              output_hidden_states=self.mixing is not None)
+            logits = out.logits / self.temperature
             logp, ent = token_logprobs(logits, b.input_ids, b.loss_mask, with_entropy=True)
             ref = self._ref_logprobs(b) if self.ref is not None else None
+            adv, extra = b.advantages, None
+            if self.mixing is not None:
+                k = self.mixing.cfg.granularities
+                adv_k = adv if adv.dim() == 3 else adv.unsqueeze(-1).expand(*adv.shape, k)
+                adv, extra, w = self.mixing.combine(out.hidden_states[-1], adv_k)
+                extra = extra + self.mixing.distill(logits, b.input_ids, b.attention_mask, b.loss_mask, adv,
+                                                    self.temperature)
+                acc["mix_weights"].append(w.detach()[b.loss_mask.bool()].cpu())
             # One optimizer step per rollout batch: the trainer's recomputed old logprobs are this forward's.
-            num, stats = policy_loss(lc, logp, logp.detach(), b.advantages, b.loss_mask, ref, ent)
+            num, stats = policy_loss(lc, logp, logp.detach(), adv, b.loss_mask, ref, ent)
+            if extra is not None:
+                num = num + aggregate(extra, b.loss_mask, lc.aggregation, lc.norm_length)
             self.engine.backward(num * (dist.get_world_size() / denom), scale_wrt_gas=False)
             loss_sum += float(num.detach()) / denom
             m = b.loss_mask.bool()
@@ -56,8 +71,13 @@ class PolicyUpdater:
                 if stats[k] is not None:
                     acc[k].append(stats[k].cpu())
         self.engine.step()
+        if self.mixing is not None:
+            self.mixing.after_step(self.engine.module)
         gn = self.engine.get_global_grad_norm()
+        mix = acc.pop("mix_weights")
         out = {k: torch.cat(v).tolist() if v else [] for k, v in acc.items()}
+        if mix:
+            out["mix_weights"] = torch.cat(mix).mean(0).tolist()
         out.update(loss=loss_sum, grad_norm=float(gn) if gn is not None else float("nan"),
                    train_tokens=int(sum(b.attention_mask.sum() for b in batches)))
         return out
