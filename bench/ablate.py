@@ -54,7 +54,7 @@ def main() -> None:
     ap.add_argument("--out", default="runs/ablate")
     ap.add_argument("--smoke", action="store_true", help="tiny random model, one step, two eval questions")
     args = ap.parse_args()
-    names = args.only.split(",") if args.only else list(VARIANTS)
+    names = args.names = args.only.split(",") if args.only else list(VARIANTS)
     out = Path(args.out)
     common = ["--set", "checkpoint.export_hf=true", "--set", "tensorboard=false"]
     eval_extra: list[str] = []
@@ -69,7 +69,8 @@ def main() -> None:
     rows = []
     for name in names:
         run = out / name.replace("/", "-")
-        extra = [a for s in VARIANTS[name] for a in ("--set", s)]
+        # the base config's estimator arguments belong to its own estimator: start each variant from none
+        extra = ["--set", "algorithm.estimator_args={}", *(a for s in VARIANTS[name] for a in ("--set", s))]
         est = VARIANTS[name][0].split("=", 1)[1]
         if model and est in READER_ARG:  # smoke mode: the reader is the tiny model too (set after the args)
             value = model if READER_ARG[est] == "reader" else f"{{reader: {model}}}"
@@ -84,7 +85,7 @@ def main() -> None:
         rows.append({"variant": name, "em": summary["em"], "f1": summary["f1"],
                      "support_recall": summary["support_recall"], "mean_reads": summary.get("mean_reads", 0.0),
                      "s_per_step": cost, "reward_curve": [r.get("reward/mean", 0.0) for r in m]})
-    write(out, rows, args)
+        write(out, rows, args)  # after every variant: an interrupted ablation keeps its finished rows
 
 
 def write(out: Path, rows: list[dict], args: argparse.Namespace) -> None:
@@ -112,7 +113,8 @@ def write(out: Path, rows: list[dict], args: argparse.Namespace) -> None:
     lines += ["", "![learning curves](curves.png)"]
     report = "\n".join(lines)
     (out / "ablation.md").write_text(f"# Estimator ablation\n\n{report}\n")
-    publish("ablate", "Estimator ablation", report)
+    if len(rows) == len(args.names):
+        publish("ablate", "Estimator ablation", report)
 
 
 if __name__ == "__main__":
