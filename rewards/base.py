@@ -80,3 +80,12 @@ def per_turn(traj: Trajectory, values: Sequence[float]) -> np.ndarray:
         raise ValueError(f"{len(values)} turn values for {len(traj.turns)} turns")
     return np.concatenate([np.full(len(t.action_ids), v, dtype=np.float64) for t, v in zip(traj.turns, values, strict=True)]
                           or [np.zeros(0)])
+
+
+def discounted_returns(rewards: Sequence[float], gamma: float) -> np.ndarray:
+    """G_t = Σ_{k≥t} γ^{k−t} r_k for every t."""
+    out, acc = np.zeros(len(rewards)), 0.0
+    for t in reversed(range(len(rewards))):
+        acc = rewards[t] + gamma * acc
+        out[t] = acc
+    return out

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from sleuth.agents.trajectory import Trajectory
-from sleuth.rewards.base import groups, outcome, per_turn, register_estimator
+from sleuth.rewards.base import discounted_returns, groups, outcome, per_turn, register_estimator
 from sleuth.rewards.group import GroupOutcome
 
 
@@ -31,14 +31,6 @@ def anchor_keys(traj: Trajectory) -> list[tuple[str, ...]]:
         keys.append(seen)
         seen = (*seen, turn.observation)
     return keys
-
-
-def discounted_returns(rewards: Sequence[float], gamma: float) -> np.ndarray:
-    out, acc = np.zeros(len(rewards)), 0.0
-    for t in reversed(range(len(rewards))):
-        acc = rewards[t] + gamma * acc
-        out[t] = acc
-    return out
 
 
 class GiGPO:

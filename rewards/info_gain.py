@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from sleuth.agents.trajectory import Trajectory
-from sleuth.rewards.base import groups, per_turn, register_estimator
+from sleuth.rewards.base import discounted_returns, groups, per_turn, register_estimator
 from sleuth.rewards.group import GroupOutcome
 
 VARIANTS = ("gold_prob", "gold_logprob", "entropy", "kl")
@@ -142,15 +142,8 @@ class InfoGain:
             for i in idx:
                 for t in range(len(trajs[i].turns) - 1):
                     norm[i][t] = (steps[i][t] - mean) / (std + self.eps)
-        out = []
-        for i, traj in enumerate(trajs):
-            returns = np.zeros(len(traj.turns))
-            acc = 0.0
-            for t in reversed(range(len(traj.turns))):
-                acc = norm[i][t] + self.gamma * acc
-                returns[t] = acc
-            out.append(per_turn(traj, (self.wo * outcome[i] + self.ws * returns).tolist()))
-        return out
+        return [per_turn(t, (self.wo * outcome[i] + self.ws * discounted_returns(norm[i], self.gamma)).tolist())
+                for i, t in enumerate(trajs)]
 
 
 def _entropy(p: np.ndarray) -> float:
