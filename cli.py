@@ -197,6 +197,21 @@ def cmd_serve_verifier(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_build_swe(args: argparse.Namespace) -> int:
+    from sleuth.sandbox.repos import RepoError
+    from sleuth.tasks.swe_synth import SWEBuilder
+
+    try:
+        builder = SWEBuilder(args.package, args.out, n=args.n, seed=args.seed, workers=args.workers,
+                             max_tries=args.max_tries)
+        summary = builder.build()
+    except (ValueError, RepoError, RuntimeError) as e:
+        return _fail(str(e))
+    print(json.dumps(summary, indent=2))
+    return 0 if summary["tasks"] >= args.n else _fail(f"only {summary['tasks']} of {args.n} tasks found "
+                                                       f"after {summary['tried']} mutants (raise --max-tries)")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from sleuth.training.config import ConfigError, load_config
 
@@ -302,10 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", help="also write compare.md and compare.png here")
     c.set_defaults(fn=cmd_compare)
     s = sub.add_parser("score", help="score JSONL records (data-set layout + a 'response' field) with a verifier")
-    s.add_argument("--verifier", required=True, choices=["qa", "code"])
+    s.add_argument("--verifier", required=True, choices=["qa", "code", "swe"])
     s.add_argument("--input", required=True)
     s.add_argument("--out", required=True)
-    s.add_argument("--workers", type=int, default=2, help="records scored in parallel (code: sandbox runs)")
+    s.add_argument("--workers", type=int, default=2, help="records scored in parallel (code, swe: sandbox runs)")
     s.set_defaults(fn=cmd_score)
     ix = sub.add_parser("index", help="retrieval indexes").add_subparsers(dest="index_command", required=True)
     b = ix.add_parser("build", help="build a BM25, dense or hybrid index from a JSONL corpus")
@@ -342,11 +357,20 @@ def build_parser() -> argparse.ArgumentParser:
     en.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
     en.set_defaults(fn=cmd_serve_env)
     v = sv.add_parser("verifier", help="serve a verifier over HTTP (POST /score, POST /get_reward, GET /health)")
-    v.add_argument("--name", required=True, choices=["qa", "code"])
+    v.add_argument("--name", required=True, choices=["qa", "code", "swe"])
     v.add_argument("--host", default="127.0.0.1")
     v.add_argument("--port", type=int, default=8001)
     v.add_argument("--workers", type=int, default=4, help="records scored at once (code: sandbox runs)")
     v.set_defaults(fn=cmd_serve_verifier)
+    tk = sub.add_parser("tasks", help="build task sets").add_subparsers(dest="tasks_command", required=True)
+    bs = tk.add_parser("build-swe", help="synthesise SWE tasks from a PyPI package's sdist and its own tests")
+    bs.add_argument("--package", required=True, metavar="NAME==VERSION")
+    bs.add_argument("--n", type=int, default=30, help="tasks wanted")
+    bs.add_argument("--out", required=True, help="JSONL of task records (appended to; resumes)")
+    bs.add_argument("--seed", type=int, default=0)
+    bs.add_argument("--workers", type=int, default=2, help="mutants tested at once (sandbox runs)")
+    bs.add_argument("--max-tries", type=int, help="mutants to try at most (default 8 x n)")
+    bs.set_defaults(fn=cmd_build_swe)
     t = sub.add_parser("train", help="train a policy with a YAML config (GRPO family on DeepSpeed ZeRO)")
     t.add_argument("--config", help="YAML config (configs/*.yaml); every key has a default")
     t.add_argument("--out", help="run directory (overrides the config's out)")

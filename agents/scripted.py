@@ -6,8 +6,9 @@ reader: a random one of its reads; first-k: the first). HotpotQA answers are oft
 paragraph (comparison questions above all), so this is the cheapest non-trivial guess; it makes these
 baselines a floor for both reading (support recall) and answering. The oracle knows the gold: on DocRead
 it reads exactly the supporting documents and answers the gold answer; on Search it searches for and
-opens each supporting document by title; on Code (or any env with a `submit` / `answer` tool) it hands
-the task's reference answer to that tool. Either way it must score 1.0, which tests env, harness round-trip and verifier together."""
+opens each supporting document by title; on SWE it replays the gold patch through the tools (read the
+hunk, edit, run the failing tests, submit); on Code (or any env with a `submit` / `answer` tool) it
+hands the task's reference answer to that tool. Either way it must score 1.0, which tests env, harness round-trip and verifier together."""
 
 from __future__ import annotations
 
@@ -100,6 +101,9 @@ class Oracle(_Reader):
     def act(self, req: Request) -> ToolCall:
         schemas = {t["function"]["name"]: t["function"] for t in req.env_info.get("tools", [])}
         tools = set(schemas)
+        if "edit" in tools and "run_tests" in tools:  # SWE (it also has a `search` tool: check it first)
+            plan = swe_gold_plan(req.task.answer)
+            return plan[min(req.turn, len(plan) - 1)]
         if "search" in tools:  # search each gold title and open it (open only, if the budget is short)
             gold = list(req.task.payload.get("supporting", []))
             per_doc = 2 if 2 * len(gold) <= req.env_info.get("budget", 0) else 1
@@ -111,8 +115,42 @@ class Oracle(_Reader):
             return ToolCall("answer", {"text": req.task.answer})
         if "read" in tools:
             return super().act(req)
+
         for name in ("submit", "answer"):  # any other env: hand the reference answer to its final tool
             if name in tools:
                 required = schemas[name]["parameters"].get("required", [])
                 return ToolCall(name, {required[0]: req.task.answer} if required else {})
         raise ValueError(f"the oracle knows no final tool among {sorted(tools)} (expects submit or answer)")
+
+
+class Noop(ScriptedPolicy):
+    """Ends the episode at once through the env's first final tool with no arguments (SWE: submits no
+    change). A floor: it must score 0 wherever doing nothing is wrong."""
+
+    name = "noop"
+
+    def act(self, req: Request) -> ToolCall:
+        for name in ("submit", "answer"):
+            if any(t["function"]["name"] == name for t in req.env_info.get("tools", [])):
+                return ToolCall(name, {"text": ""} if name == "answer" else {})
+        raise ValueError("the noop baseline needs a submit or answer tool")
+
+
+def swe_gold_plan(patch: str) -> list[ToolCall]:
+    """Tool calls that apply a unified diff by hand: for each hunk read the lines around it and replace
+    its old lines (context included, so the text is unique) with its new lines; then run the failing
+    tests and submit."""
+    from unidiff import PatchSet
+
+    calls: list[ToolCall] = []
+    for pfile in PatchSet(patch):
+        path = pfile.path
+        for hunk in pfile:
+            old = "".join(line.value for line in hunk if not line.is_added)
+            new = "".join(line.value for line in hunk if not line.is_removed)
+            calls.append(ToolCall("read_file", {"path": path, "start": max(1, hunk.source_start - 5),
+                                                "end": hunk.source_start + hunk.source_length + 5}))
+            calls.append(ToolCall("edit", {"path": path, "old": old, "new": new}))
+    calls.append(ToolCall("run_tests", {"selector": ""}))
+    calls.append(ToolCall("submit", {}))
+    return calls

@@ -31,13 +31,16 @@ class RunResult:
     isolation: str  # "bwrap" or "rlimits" (no namespaces: say so wherever results are reported)
     truncated: bool = False
     warnings: list[str] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)  # what `collect` asked for, as written
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["files"] = sorted(self.files)  # names only: contents may be binary
+        return d
 
 
 def classify(exit_code: int | None, timed_out: bool, stderr: str) -> tuple[str, str | None]:

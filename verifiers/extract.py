@@ -1,5 +1,5 @@
 """Pulling the scorable part out of a model's free-form reply: the answer of a QA reply, the program of a
-code reply. Used by harnesses (inside envs) and by the trainer adapters (outside any env) alike."""
+code reply, the patch of a SWE reply. Used by harnesses (inside envs) and by the trainer adapters (outside any env) alike."""
 
 from __future__ import annotations
 
@@ -28,3 +28,13 @@ def extract_answer(text: str) -> str:
         return tags[-1].strip()
     lines = _ANSWER_LINE.findall(text)
     return lines[-1].strip() if lines else text.strip()
+
+
+def extract_diff(text: str) -> str:
+    """The patch in a reply: the last ```diff / ```patch block, else the text from its first `diff --git`
+    or `--- ` header on (so a reply of prose followed by a raw diff works), else the text itself."""
+    blocks = [body for lang, body in _FENCE.findall(text) if lang.lower() in ("diff", "patch")]
+    if blocks:
+        return blocks[-1]
+    m = re.search(r"^(diff --git |--- )", text, re.M)
+    return text[m.start():] if m else text

@@ -8,7 +8,7 @@ from typing import Any
 
 from sleuth.verifiers.base import Verdict
 
-VERIFIERS = ("qa", "code")
+VERIFIERS = ("qa", "code", "swe")
 
 
 @cache
@@ -22,6 +22,10 @@ def get_verifier(name: str) -> Callable[..., Verdict]:
         from sleuth.verifiers.code import CodeVerifier
 
         return CodeVerifier()
+    if name == "swe":
+        from sleuth.verifiers.swe import SWEVerifier
+
+        return SWEVerifier()
     import importlib.metadata
 
     for ep in importlib.metadata.entry_points(group="sleuth.verifiers"):  # plugins: name → "module:factory"
@@ -32,9 +36,9 @@ def get_verifier(name: str) -> Callable[..., Verdict]:
 
 def extractor(name: str) -> Callable[[str], str]:
     """What part of a free-form reply the verifier scores."""
-    from sleuth.verifiers.extract import extract_answer, extract_code
+    from sleuth.verifiers.extract import extract_answer, extract_code, extract_diff
 
-    return extract_code if name == "code" else extract_answer
+    return {"code": extract_code, "swe": extract_diff}.get(name, extract_answer)
 
 
 def verdict(name: str, record: dict[str, Any], response: str, extract: bool = True) -> Verdict:
@@ -44,5 +48,5 @@ def verdict(name: str, record: dict[str, Any], response: str, extract: bool = Tr
 
 def score(name: str, record: dict[str, Any], response: str, extract: bool = True) -> float:
     """Score a reply to a task record in its data set's own layout (HotpotQA / MuSiQue / NQ-open for "qa",
-    MBPP / HumanEval for "code")."""
+    MBPP / HumanEval for "code", a SWE task record for "swe" with a unified diff as the response)."""
     return verdict(name, record, response, extract).score

@@ -1,11 +1,12 @@
-"""A verifier server (FastAPI on uvicorn): `sleuth serve verifier --name qa|code --port P`.
+"""A verifier server (FastAPI on uvicorn): `sleuth serve verifier --name qa|code|swe --port P`.
 
 POST /score {"records": [{...task record..., "response": "..."}], "extract": true} →
     {"results": [{"score": float, "details": {...}}]}
 POST /get_reward — OpenRLHF's remote reward protocol ({"query", "prompts", "labels"} → {"rewards", ...})
 GET  /health
-Records are scored concurrently in a thread pool (code records each run in the sandbox), at most
-`workers` at a time. Malformed input gets a 4xx naming what is wrong; bodies over the limit get 413.
+Records are scored concurrently in a thread pool (code and swe records each run in the sandbox), at most
+`workers` at a time. Malformed input gets a 4xx naming what is wrong; bodies over the limit get 413; a
+record this machine cannot score (an official SWE-bench instance without Docker) gets 503.
 
 (No `from __future__ import annotations`: FastAPI must see the request models as real classes.)"""
 
@@ -23,6 +24,7 @@ def create_app(name: str, workers: int = 4, max_records: int = 512):
 
     from sleuth.serving import limit_body
     from sleuth.verifiers.adapters.openrlhf import openrlhf_rewards
+    from sleuth.verifiers.base import CannotScore
     from sleuth.verifiers.registry import get_verifier, verdict
 
     get_verifier(name)  # fail at start-up, not on the first request
@@ -62,6 +64,8 @@ def create_app(name: str, workers: int = 4, max_records: int = 512):
 
         outcomes = await asyncio.gather(*(one(r) for r in req.records), return_exceptions=True)
         for i, out in enumerate(outcomes):
+            if isinstance(out, CannotScore):
+                return JSONResponse({"detail": f"record {i}: {out}"}, status_code=503)
             if isinstance(out, (KeyError, ValueError, TypeError)):
                 return JSONResponse({"detail": f"record {i} cannot be scored by {name!r}: {type(out).__name__}: {out}"},
                                     status_code=422)
