@@ -11,7 +11,7 @@ from sleuth.agents.trajectory import Trajectory
 from sleuth.tasks.base import Task
 
 # task fields worth a breakdown when present (HotpotQA type/level; data set of MBPP/HumanEval/... tasks)
-FIELDS = ("source", "type", "level", "package")
+FIELDS = ("source", "type", "level", "package")  # package: the PyPI package of a SWE task
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -65,7 +65,7 @@ def breakdown(trajs: Sequence[Trajectory], tasks: Sequence[Task]) -> dict[str, d
 def _means(group: list[Trajectory]) -> dict[str, float]:
     row: dict[str, float] = {"n": len(group)}
     row["score"] = round(sum(float((t.verdict or {}).get("score", 0.0)) for t in group) / len(group), 4)
-    for key in ("em", "f1", "support_recall", "all_passed"):
+    for key in ("em", "f1", "support_recall", "all_passed", "resolved"):
         vals = [(t.verdict or {}).get("details", {}).get(key) for t in group]
         if all(isinstance(v, (int, float)) for v in vals):
             row[key] = round(sum(float(v) for v in vals) / len(vals), 4)

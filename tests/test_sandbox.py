@@ -3,6 +3,7 @@
 import os
 import socket
 import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -156,3 +157,30 @@ def test_process_cap_is_enforced(sb):
             "    n += 1\nprint(n)")
     r = sb.run_python(code)
     assert r.stdout.strip().isdigit() and 0 < int(r.stdout) < 16  # Limits(processes=16) above
+
+
+def test_two_processes_sandboxing_at_once_do_not_kill_each_other(tmp_path):
+    """Each run's clean-up kills every process of its uid: uids must differ across processes too."""
+    script = ("import sys\nfrom sleuth.sandbox import Limits, Sandbox\n"
+              "r = Sandbox(Limits(wall_s=20, cpu_s=5)).run_python('import time; time.sleep(3); print(\"done\")')\n"
+              "print(r.status, r.stdout.strip())\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=60)[0].strip() for p in procs]
+    assert outs == ["ok done", "ok done"]
+
+
+def test_mounts_are_read_only_and_collected_files_come_back(sb, tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.txt").write_text("secret-free")
+    code = ("import os\nprint(open('m/x.txt').read())\n"
+            "try:\n    open('m/x.txt', 'w').write('changed')\nexcept OSError as e:\n    print('refused', e.errno)\n"
+            "open('out.txt', 'w').write(os.environ['WHERE'])\n")
+    r = sb.run([sb.python, "-I", "-S", "main.py"], {"main.py": code}, mounts={"m": tmp_path / "data"},
+               collect=("out.txt", "missing.txt"), env={"WHERE": "{work}/out.txt"})
+    assert r.ok, r.stderr
+    assert r.stdout.splitlines()[0] == "secret-free"
+    assert (tmp_path / "data" / "x.txt").read_text() == "secret-free"
+    if sb.bwrap:
+        assert r.stdout.splitlines()[1].startswith("refused") and r.files == {"out.txt": b"/work/out.txt"}
+    with pytest.raises(ValueError, match="outside"):
+        sb.run(["true"], mounts={"../up": tmp_path})

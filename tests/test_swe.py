@@ -213,6 +213,19 @@ def test_batch_scoring_cli(built, tmp_path):
     assert "not a SWE task record" in scored[3]["error"]
 
 
+def test_trainer_adapters_score_swe_records(built):
+    from sleuth.verifiers.adapters.openrlhf import openrlhf_rewards
+    from sleuth.verifiers.adapters.verl import compute_score
+
+    _, _, recs = built
+    rec = recs[1]
+    reply = f"The bug is fixed by this patch:\n```diff\n{rec['patch']}```"
+    assert compute_score("swe/toolz", reply, json.dumps(rec))["score"] == 1.0
+    assert compute_score("swe/toolz", "I could not fix it.", rec)["score"] == 0.0
+    out = openrlhf_rewards("swe", ["PROMPT" + reply + "<|im_end|>"], ["PROMPT"], [json.dumps(rec)])
+    assert out["rewards"] == [1.0]
+
+
 def test_swebench_lite_loads_and_its_backend_says_what_is_missing():
     tasks = load_tasks("swebench_lite:test")
     assert len(tasks) == 300 and tasks[0].id == "django__django-15202"

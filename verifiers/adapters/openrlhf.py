@@ -7,7 +7,8 @@ tokens], "prompts": [prompt], "labels": [label]}` and reads `{"rewards": [...], 
 returning the same dict. Errors there become a None reward silently, so this side never fails
 silently: a malformed request gets a 4xx with a message (`sleuth serve verifier`).
 
-Labels: for QA the gold answer (or a JSON list of answers); for code the JSON of the row's test fields.
+Labels: for QA the gold answer (or a JSON list of answers); for code the JSON of the row's test fields;
+for swe the JSON of the task record (the response is a unified diff).
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ def _label_record(verifier: str, label: Any) -> dict[str, Any]:
             label = json.loads(label)
         except json.JSONDecodeError:
             pass
-    if verifier == "code":
+    if verifier in ("code", "swe"):
         if not isinstance(label, dict):
-            raise ValueError("a code label must be the JSON object of the row's test fields")
+            raise ValueError(f"a {verifier} label must be the JSON object of the row's fields (tests / task record)")
         return label
     return {"answer": label if isinstance(label, list) else str(label)}
 

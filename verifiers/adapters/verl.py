@@ -15,7 +15,8 @@ Config:
 
 `ground_truth`: for QA the answer (a string or a list of accepted answers); for code the test fields of
 the row (a dict, or its JSON string: MBPP's `test_list` / `test_setup_code` or HumanEval's `test` /
-`entry_point`). Which verifier runs comes from `extra_info["verifier"]`, else the data source name.
+`entry_point`); for swe the task record (dict or JSON; the response is a unified diff). Which verifier runs
+comes from `extra_info["verifier"]`, else the data source name ("swe..." → swe, mbpp/humaneval → code).
 """
 
 from __future__ import annotations
@@ -27,12 +28,18 @@ _CODE_SOURCES = ("mbpp", "humaneval", "openai_humaneval", "code")
 
 
 def _record(verifier: str, ground_truth: Any) -> dict[str, Any]:
-    if verifier == "code":
+    if verifier in ("code", "swe"):
         gt = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
         if not isinstance(gt, dict):
-            raise ValueError("code ground_truth must be a dict (or JSON) of the row's test fields")
+            raise ValueError(f"{verifier} ground_truth must be a dict (or JSON) of the row's fields")
         return gt
     return {"answer": list(ground_truth) if isinstance(ground_truth, (list, tuple)) else str(ground_truth)}
+
+
+def _verifier_of(source: str) -> str:
+    if source.startswith("swe"):
+        return "swe"
+    return "code" if source.split("/")[-1] in _CODE_SOURCES else "qa"
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
@@ -40,8 +47,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     from sleuth.verifiers.registry import verdict
 
     extra = extra_info or {}
-    verifier = extra.get("verifier") or kwargs.get("verifier") or (
-        "code" if str(data_source).lower().split("/")[-1] in _CODE_SOURCES else "qa")
+    verifier = extra.get("verifier") or kwargs.get("verifier") or _verifier_of(str(data_source).lower())
     v = verdict(verifier, _record(verifier, ground_truth), solution_str or "")
     out: dict[str, Any] = {"score": float(v.score)}
     out.update({k: float(val) for k, val in v.details.items() if isinstance(val, (int, float))})
