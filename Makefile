@@ -68,6 +68,7 @@ bench: setup
 	$(PY) bench/verifier_server.py
 	$(PY) bench/env_server.py
 	$(PY) bench/train_step.py
+	$(PY) bench/swe.py --all
 
 # Every advantage estimator, same seeds and budget, DocRead train → held-out test (~7 min per variant on CPU).
 ablate: setup

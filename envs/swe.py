@@ -84,8 +84,10 @@ class SWEEnv(ToolEnv):
         return f"{task.question}\n\nThe repository is your working directory ('.')."
 
     def score(self, response: str) -> Verdict:
+        """A truncated episode (budget spent) is scored on its workspace as it stands, as SWE-agent's
+        auto-submit does: the edits made count even without a final `submit`."""
         try:
-            return super().score(response)
+            return super().score(response or self.submit())
         finally:
             self._drop_workspace()
 

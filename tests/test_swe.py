@@ -181,6 +181,19 @@ def test_env_tools_and_their_errors(shipped):
         env.close()
 
 
+def test_running_out_of_turns_scores_the_workspace(shipped):
+    from sleuth.agents.scripted import swe_gold_plan
+
+    task = next(iter(shipped.values()))
+    plan = [c for c in swe_gold_plan(task.answer) if c.name == "edit"]
+    env = sleuth.make("sleuth/SWE-v0", max_turns=len(plan) - 1)  # one last turn after the budget: the final edit
+    env.reset(options={"task": task})
+    for call in plan:
+        _, reward, term, trunc, info = env.step(json.dumps({"name": call.name, "arguments": call.arguments}))
+    assert trunc and not term and reward == 1.0 and info["verdict"]["details"]["resolved"]
+    env.close()
+
+
 def test_gold_agent_solves_and_noop_solves_none(tmp_path, shipped):
     """The scripted gold agent replays each patch through read_file/edit/run_tests/submit (a sample of the
     shipped set here; `bench/swe.py --all` runs every task)."""
