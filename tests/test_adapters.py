@@ -102,7 +102,7 @@ def test_openrlhf_reward_func_file_form():
         reward_func(["abc"], ["xyz"], ["a"])
 
 
-@pytest.fixture(scope="module", params=["qa", "code"])
+@pytest.fixture(scope="module", params=["qa", "code", "swe"])
 def verifier_server(request):
     from sleuth.verifiers.server import create_app
 
@@ -116,10 +116,19 @@ def test_verifier_server_scores_and_rejects_bad_input(verifier_server, data_dir)
     if name == "qa":
         good = [{"answer": "Paris", "response": "paris"}, {"answer": "Paris", "response": "Rome"}]
         unscorable = {"question": "no answer field", "response": "x"}
-    else:
+    elif name == "code":
         rec = json.loads((data_dir / "mbpp" / "mbpp.jsonl").read_text().splitlines()[1])
         good = [{**rec, "response": rec["code"]}, {**rec, "response": "def nope(): pass"}]
         unscorable = {"text": "no tests", "response": "x"}
+    else:  # a shipped SWE task: its gold patch, and no change at all
+        from sleuth.tasks.swe import SHIPPED
+
+        rec = json.loads((SHIPPED / "toolz-1.2.0.jsonl").read_text().splitlines()[0])
+        good = [{**rec, "response": rec["patch"]}, {**rec, "response": ""}]
+        unscorable = {"text": "no tests", "response": "x"}
+        lite = json.loads((data_dir / "swebench_lite" / "test.jsonl").read_text().splitlines()[0])
+        docker = httpx.post(f"{url}/score", json={"records": [{**lite, "response": lite["patch"]}]}, timeout=60)
+        assert docker.status_code == 503 and "Docker" in docker.json()["detail"]
     r = httpx.post(f"{url}/score", json={"records": good}, timeout=60)
     assert r.status_code == 200 and [x["score"] for x in r.json()["results"]] == [1.0, 0.0]
     for body in ({"records": []}, {"records": [{"answer": "x"}]}, {"records": "nope"}, {"records": [unscorable]},

@@ -197,7 +197,7 @@ def test_running_out_of_turns_scores_the_workspace(shipped):
 def test_gold_agent_solves_and_noop_solves_none(tmp_path, shipped):
     """The scripted gold agent replays each patch through read_file/edit/run_tests/submit (a sample of the
     shipped set here; `bench/swe.py --all` runs every task)."""
-    sample = list(shipped.values())[:4]
+    sample = list(shipped.values())[:2] + load_swe("boltons-26.2.0")[:2]
     path = tmp_path / "tasks.jsonl"
     from sleuth.tasks.base import write_tasks
 
@@ -210,6 +210,8 @@ def test_gold_agent_solves_and_noop_solves_none(tmp_path, shipped):
     noop = json.loads((out / "noop-json" / "summary.json").read_text())
     assert oracle["n"] == noop["n"] == 4
     assert oracle["score"] == 1.0 and noop["score"] == 0.0
+    by_package = oracle["breakdown"]["package"]
+    assert by_package == {p: {"n": 2, "score": 1.0, "resolved": 1.0} for p in ("boltons", "toolz")}
 
 
 def test_batch_scoring_cli(built, tmp_path):
