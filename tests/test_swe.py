@@ -123,6 +123,18 @@ def test_verifier_puts_edited_tests_back(built, verifier):
     assert v.details["fail_to_pass_passed"] == 0
 
 
+def test_a_package_the_index_cannot_serve_is_cannot_score(built, tmp_path):
+    from sleuth.sandbox.repos import RepoCache
+
+    _, _, recs = built
+    rec = {**recs[0], "sdist": {**recs[0]["sdist"], "version": "0.0.0.dev999"}}
+    with pytest.raises(CannotScore, match="pip could not fetch"):
+        SWEVerifier(cache=RepoCache(tmp_path / "cache"))(rec, rec["patch"])
+    tampered = {**recs[0], "sdist": {**recs[0]["sdist"], "sha256": "0" * 64}}
+    with pytest.raises(CannotScore, match="different file"):
+        SWEVerifier(cache=RepoCache(tmp_path / "cache2"))(tampered, tampered["patch"])
+
+
 def test_hostile_patches_are_contained(built):
     """Patched library code that writes into the repository, or never returns: a verdict, not damage."""
     from sleuth.sandbox.repos import RepoCache, RepoSpec

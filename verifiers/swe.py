@@ -17,9 +17,9 @@ from typing import Any
 
 from sleuth.sandbox import Sandbox
 from sleuth.sandbox.pytest_run import run_pytest
-from sleuth.sandbox.repos import RepoCache, RepoSpec
+from sleuth.sandbox.repos import RepoCache, RepoError, RepoSpec
 from sleuth.sandbox.workspace import PatchError, apply_patch, make_workspace, remove_workspace, touched_files
-from sleuth.verifiers.base import Verdict
+from sleuth.verifiers.base import CannotScore, Verdict
 
 CONFIG_FILES = ("pyproject.toml", "setup.cfg", "tox.ini", "pytest.ini", "setup.py", "conftest.py")
 
@@ -69,7 +69,10 @@ class SWEVerifier:
         if not isinstance(diff, str) or not diff.strip():
             return Verdict(0.0, {**base, "error": "empty_patch", "message": "no change was submitted", "tests": []})
         spec = RepoSpec.from_dict(rec["sdist"])
-        clean, env = self.cache.source(spec), self.cache.env(spec)
+        try:
+            clean, env = self.cache.source(spec), self.cache.env(spec)
+        except RepoError as e:  # no sdist, no index, a changed archive: the machine, not the response
+            raise CannotScore(str(e)) from e
         ws = make_workspace(clean, mode=self.mode)
         try:
             try:
