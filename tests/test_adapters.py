@@ -3,6 +3,7 @@
 
 import importlib.util
 import json
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -90,6 +91,40 @@ def test_verl_compute_score_as_verl_calls_it(data_dir):
     assert fn("mbpp", f"```python\n{rec['code']}\n```", gt)["score"] == 1.0
     assert fn("mbpp", "def nothing(): pass", gt)["score"] == 0.0
     assert compute_score("my_data", "x", "y", extra_info={"verifier": "qa"})["score"] == 0.0
+
+
+def _verl_python() -> str | None:
+    path = Path(__file__).resolve().parents[1] / ".venv-verl" / "bin" / "python"
+    return str(path) if path.exists() else None
+
+
+@pytest.mark.skipif(_verl_python() is None, reason="no verl interpreter (make verl builds .venv-verl)")
+def test_verl_itself_loads_and_calls_the_adapter(data_dir, tmp_path):
+    """verl 0.9's own loader (`get_custom_reward_fn`) and reward manager (`NaiveRewardManager`, which decodes
+    responses from token ids) score QA, code and SWE rows with sleuth's adapter, in verl's own venv."""
+    from sleuth.agents.models import resolve_model
+    from sleuth.tasks.swe import SHIPPED
+
+    mbpp = json.loads((data_dir / "mbpp" / "mbpp.jsonl").read_text().splitlines()[1])
+    swe = json.loads((SHIPPED / "toolz-1.2.0.jsonl").read_text().splitlines()[0])
+    rows = [
+        {"prompt": "Who wrote Hamlet?", "response": "Answer: William Shakespeare", "data_source": "hotpotqa",
+         "ground_truth": "William Shakespeare"},
+        {"prompt": "Who wrote Hamlet?", "response": "Answer: Marlowe", "data_source": "hotpotqa",
+         "ground_truth": "William Shakespeare"},
+        {"prompt": mbpp["text"], "response": f"```python\n{mbpp['code']}\n```", "data_source": "mbpp",
+         "ground_truth": json.dumps({k: mbpp[k] for k in ("test_list", "test_setup_code")})},
+        {"prompt": "Fix the bug.", "response": f"```diff\n{swe['patch']}```", "data_source": "swe/toolz",
+         "ground_truth": json.dumps(swe)},
+        {"prompt": "Fix the bug.", "response": "I give up.", "data_source": "swe/toolz", "ground_truth": json.dumps(swe)},
+    ]
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"tokenizer": str(resolve_model("smollm2")), "adapter": str(ADAPTERS / "verl.py"),
+                                "rows": rows}))
+    r = subprocess.run([_verl_python(), str(Path(__file__).with_name("verl_worker.py")), str(spec)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [1.0, 0.0, 1.0, 1.0, 0.0]
 
 
 def test_openrlhf_reward_func_file_form():
