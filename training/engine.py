@@ -75,7 +75,7 @@ def device() -> torch.device:
 
 def resolved_dtype(cfg: EngineConfig) -> torch.dtype:
     if cfg.dtype == "auto":
-        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+        return torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32
     return torch.bfloat16 if cfg.dtype == "bf16" else torch.float32
 
 

@@ -99,13 +99,13 @@ def _empty_like(b: Batch | None, pad_id: int) -> Batch:
 
 
 def all_sum(x: float) -> float:
-    t = torch.tensor([float(x)], dtype=torch.float64)
+    t = torch.tensor([float(x)], dtype=torch.float64, device=device())  # NCCL reduces CUDA tensors only
     dist.all_reduce(t)
     return float(t)
 
 
 def all_max(x: float) -> float:
-    t = torch.tensor([float(x)], dtype=torch.float64)
+    t = torch.tensor([float(x)], dtype=torch.float64, device=device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t)
 
