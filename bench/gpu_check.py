@@ -10,8 +10,7 @@ Checks, in this order (each PASS / FAIL / SKIP with figures; a failure never sto
   models       the tiny model (sleuth.agents.models.tiny_model) and a random ~0.7B model of the same
                architecture (SmolLM2 config + tokenizer from $SLEUTH_DATA/smollm2-tok; no weights travel)
   nccl         the process group the project opens (init_distributed) and the collectives PolicyUpdater
-               runs (update.all_sum / all_max) as they are; a failure is worked around *in this process
-               only* (device tensors) so the later checks still measure, and the workaround is reported
+               runs (update.all_sum / all_max), all_gather_object, barrier, a device all_reduce
   trainer      the whole Trainer on DocRead (text harness, GRPO) with the tiny model: 2 steps on ZeRO-2
                (checkpoints, TensorBoard, HF export loaded back and compared), 1 step on ZeRO-3
   rollout      TransformersRollout generation (bf16) on DocRead prompts: tokens/s for the tiny and the ~0.7B
@@ -254,7 +253,7 @@ def sizes(args: argparse.Namespace) -> dict[str, Any]:
 
 # -- helpers ----------------------------------------------------------------------------------------------
 class State:
-    """What the checks share: paths of the models, the task spec, whether the collectives were patched."""
+    """What the checks share: paths of the models, the task spec."""
 
     def __init__(self, args: argparse.Namespace, work: Path):
         self.args, self.work = args, work
@@ -263,7 +262,6 @@ class State:
         self.big_dir: str | None = None
         self.big_params = 0
         self.tasks_spec = "hotpotqa:train"
-        self.patched = False
         self.sz = sizes(args)
 
 
@@ -481,31 +479,6 @@ def check_models(rep: Report, st: State) -> None:
         c.figures["big_make_and_save_s"] = round(time.perf_counter() - t, 2)
 
 
-def _patch_collectives(rep: Report, st: State) -> None:
-    import torch
-    import torch.distributed as dist
-
-    import sleuth.training.trainer as trainer_mod
-    import sleuth.training.update as upd
-
-    def all_sum(x: float) -> float:
-        t = torch.tensor([float(x)], dtype=torch.float64, device=dev())
-        dist.all_reduce(t)
-        return float(t)
-
-    def all_max(x: float) -> float:
-        t = torch.tensor([float(x)], dtype=torch.float64, device=dev())
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return float(t)
-
-    upd.all_sum, upd.all_max, trainer_mod.all_sum = all_sum, all_max, all_sum
-    st.patched = True
-    rep.notes.append("WORKAROUND IN THIS PROCESS: sleuth.training.update.all_sum/all_max (and trainer.all_sum) were "
-                     "replaced by versions that reduce a tensor on the CUDA device, because the project's versions "
-                     "reduce a CPU tensor, which the NCCL-only process group rejects. All update/rollout/trainer "
-                     "figures below were measured with that workaround; the project code needs the same fix.")
-
-
 def check_nccl(rep: Report, st: State) -> None:
     with Check(rep, "nccl", 10) as c:
         c.check_skip()
@@ -525,9 +498,6 @@ def check_nccl(rep: Report, st: State) -> None:
             except Exception as e:  # noqa: BLE001
                 c.figures[f"{name}_as_is"] = f"{type(e).__name__}"
                 c.fail.append(f"sleuth.training.update.{name} on this backend: {type(e).__name__}: {str(e)[:200]}")
-        if c.fail:
-            _patch_collectives(rep, st)
-            c.figures["all_sum_patched"] = upd.all_sum(3.0)
         # What the trainer and checkpoints use besides: all_gather_object, barrier, a device all_reduce.
         out: list[Any] = [None] * world
         dist.all_gather_object(out, {"rank": rank})
@@ -679,7 +649,7 @@ def check_update(rep: Report, st: State) -> None:
         c.table = rows + ["", f"Batch: {len(trajs)} synthetic trajectories, {n_tok} tokens ({n_pol} policy tokens), "
                           f"micro-batches of ≤ {mbt} padded tokens; model {st.big_params / 1e6:.1f}M params, "
                           f"lr {sz['lr']}, median of {sz['timed']} timed updates "
-                          f"after one warm-up" + (" (collectives patched, see Notes)" if st.patched else "")]
+                          f"after one warm-up"]
         c.figures["detail"] = results
         c.keys = ["params_M", "tokens", "policy_tokens"] + [k for k in c.figures if k.endswith(("_s", "_tok_s", "_peak_gib"))
                                                             or k.startswith("time_")]
@@ -907,8 +877,6 @@ def _trainer_check(rep: Report, st: State, check: str, runs: list[tuple], est: f
                 c.fail.append(f"{name}: {type(e).__name__}: {str(e)[:300]}")
                 traceback.print_exc()
             _free()
-        if st.patched:
-            c.table.append("\n(collectives patched, see Notes)")
 
 
 def check_trainer(rep: Report, st: State) -> None:
