@@ -273,3 +273,20 @@ def test_shipped_sets_are_listed_and_loadable():
     assert {t.payload["package"] for t in tasks} >= {"toolz"}
     with pytest.raises(FileNotFoundError, match="shipped"):
         load_swe("nope-0.0")
+
+
+def test_the_stock_trainer_trains_on_swe(tiny_model_dir, tmp_path):
+    """SWE-v0 plugs into `sleuth train` like any env: rollouts in workspaces, verifier rewards, an update."""
+    from sleuth.training.config import load_config
+    from sleuth.training.trainer import Trainer
+
+    cfg = load_config(overrides={
+        "model": tiny_model_dir, "out": str(tmp_path / "run"), "env": "SWE-v0", "tasks": "swe:toolz-1.2.0",
+        "env_args": {"max_turns": 1}, "task_limit": 4, "max_steps": 1, "rollout.max_tokens": 8,
+        "rollout.tasks_per_step": 2, "rollout.group_size": 2, "rollout.temperature": 0.7,
+        "checkpoint.export_hf": False, "engine.lr": 1e-3, "loss.entropy_coef": 0.01})
+    rows = Trainer(cfg, progress=False).train()
+    assert [r["policy_version"] for r in rows] == [1] and rows[0]["grad_norm"] > 0
+    trajs = [json.loads(x) for x in (tmp_path / "run" / "rollouts" / "step-000001.rank0.jsonl").read_text().splitlines()]
+    assert len(trajs) == 4 and all(t["env_id"].endswith("SWE-v0") for t in trajs)
+    assert all(t["verdict"]["details"]["instance_id"] == t["task_id"] for t in trajs)
