@@ -777,7 +777,8 @@ def _trainer_run(rep: Report, st: State, c: Check, name: str, model: str, steps:
 
 def _trainer_attempt(rep: Report, st: State, c: Check, name: str, model: str, steps: int, stage: int, *,
                      max_tokens: int, group: int, checkpoint: bool, export: bool, tensorboard: bool,
-                     base: str = "docread_quick.yaml", sync_tolerance: float | None = None) -> list[dict]:
+                     base: str = "docread_quick.yaml", sync_tolerance: float | None = None,
+                     dtype: str = "auto") -> list[dict]:
     """configs/<base> with `model` (also as the information-gain reader), the given ZeRO stage (bf16 on GPU:
     engine.dtype auto), short turns and an entropy bonus, written to a temporary YAML, run through
     load_config + Trainer."""
@@ -792,7 +793,7 @@ def _trainer_attempt(rep: Report, st: State, c: Check, name: str, model: str, st
     data.update(model=model, out=str(out), max_steps=steps, tasks=st.tasks_spec, task_limit=24,
                 tensorboard=tensorboard)
     data["rollout"].update(max_tokens=max_tokens, group_size=group, tasks_per_step=2)
-    data["engine"].update(zero_stage=stage, lr=1e-3 if "tiny" in name else 1e-5, dtype="auto")
+    data["engine"].update(zero_stage=stage, lr=1e-3 if "tiny" in name else 1e-5, dtype=dtype)
     data.setdefault("loss", {})["entropy_coef"] = 0.01  # a random model earns no reward: entropy moves weights
     data["checkpoint"] = {"every": 1 if checkpoint else 0, "keep": 2, "export_hf": export}
     est_args = data.get("algorithm", {}).get("estimator_args") or {}
@@ -891,9 +892,12 @@ def check_trainer(rep: Report, st: State) -> None:
 
 
 def check_trainer_big(rep: Report, st: State) -> None:
-    """One Trainer step with the ~0.7B model on ZeRO-2 (no checkpoint): per-stage timings at a real size."""
+    """One Trainer step with the ~0.7B model on ZeRO-2 (no checkpoint): per-stage timings at a real size, in
+    bf16 and in fp32 (rollout engine and trainer alike): what the engine–trainer mismatch costs to remove."""
     _trainer_check(rep, st, "trainer_big", [
-        ("big_zero2", st.big_dir, 1, 2, dict(checkpoint=False, export=False, tensorboard=False), 45)], 45)
+        ("big_zero2", st.big_dir, 1, 2, dict(checkpoint=False, export=False, tensorboard=False), 45),
+        ("big_zero2_fp32", st.big_dir, 1, 2, dict(checkpoint=False, export=False, tensorboard=False, dtype="fp32"), 45)],
+        90)
 
 
 def check_faiss(rep: Report, st: State) -> None:
