@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
@@ -23,6 +24,11 @@ _FLIP = {ast.Lt: ("<", "<="), ast.LtE: ("<=", "<"), ast.Gt: (">", ">="), ast.GtE
          ast.Eq: ("==", "!="), ast.NotEq: ("!=", "=="), ast.Is: (r"\bis\b", "is not"),
          ast.IsNot: (r"\bis\s+not\b", "is"), ast.In: (r"\bin\b", "not in"), ast.NotIn: (r"\bnot\s+in\b", "in")}
 _SIMPLE = (ast.Name, ast.Constant, ast.Attribute, ast.Call, ast.Subscript)
+# CPython 3.11 keeps the AST converter's recursion depth in interpreter-wide state: two threads parsing at
+# once can fail with "SystemError: AST constructor recursion depth mismatch" (seen here on 3.11.7 in a
+# clean-clone test run; cf. python/cpython gh-106905). Builds check mutants from a thread pool, so every
+# parse here takes this lock.
+_AST_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,8 @@ def _paren(text: str, node: ast.AST) -> str:
 def find_mutations(path: str, source: str) -> list[Mutation]:
     """Every candidate mutation inside the functions of one file (none if it does not parse)."""
     try:
-        tree = ast.parse(source)
+        with _AST_LOCK:
+            tree = ast.parse(source)
     except SyntaxError:
         return []
     src = _Source(source)
@@ -227,8 +234,9 @@ def _whole_lines(stmt: ast.stmt, src: _Source) -> tuple[int | None, int]:
 
 def mutant_ok(original: str, mutant: str) -> bool:
     """The mutant parses, differs in meaning (not just formatting), and keeps every function non-empty."""
-    try:
-        a, b = ast.parse(original), ast.parse(mutant)
-    except SyntaxError:
-        return False
-    return ast.dump(a) != ast.dump(b)
+    with _AST_LOCK:
+        try:
+            a, b = ast.parse(original), ast.parse(mutant)
+        except SyntaxError:
+            return False
+        return ast.dump(a) != ast.dump(b)
