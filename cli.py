@@ -203,7 +203,7 @@ def cmd_build_swe(args: argparse.Namespace) -> int:
 
     try:
         builder = SWEBuilder(args.package, args.out, n=args.n, seed=args.seed, workers=args.workers,
-                             max_tries=args.max_tries)
+                             max_tries=args.max_tries, test_deps=tuple(d for d in args.test_deps.split(",") if d))
         summary = builder.build()
     except (ValueError, RepoError, RuntimeError) as e:
         return _fail(str(e))
@@ -370,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--seed", type=int, default=0)
     bs.add_argument("--workers", type=int, default=2, help="mutants tested at once (sandbox runs)")
     bs.add_argument("--max-tries", type=int, help="mutants to try at most (default 8 x n)")
+    bs.add_argument("--test-deps", default="", help="comma list of extra requirements its tests need")
     bs.set_defaults(fn=cmd_build_swe)
     t = sub.add_parser("train", help="train a policy with a YAML config (GRPO family on DeepSpeed ZeRO)")
     t.add_argument("--config", help="YAML config (configs/*.yaml); every key has a default")

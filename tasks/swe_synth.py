@@ -54,11 +54,12 @@ def parse_package(text: str) -> tuple[str, str]:
     return name.strip(), version.strip()
 
 
-def repo_spec(cache: RepoCache, package: str) -> RepoSpec:
+def repo_spec(cache: RepoCache, package: str, test_deps: tuple[str, ...] = ()) -> RepoSpec:
+    """`test_deps` adds requirements to those `KNOWN` lists for the package (pytest and pytest-cov always)."""
     name, version = parse_package(package)
     known = KNOWN.get(canonical(name), {})
-    spec = RepoSpec(name, version, test_deps=("pytest", "pytest-cov", *known.get("test_deps", [])),
-                    pytest_args=tuple(known.get("pytest_args", [])))
+    deps = dict.fromkeys(("pytest", "pytest-cov", *known.get("test_deps", []), *test_deps))
+    spec = RepoSpec(name, version, test_deps=tuple(deps), pytest_args=tuple(known.get("pytest_args", [])))
     archive = cache.sdist(spec)
     spec = replace(spec, sha256=sha256_of(archive), filename=archive.name)
     clean = cache.source(spec)
@@ -76,10 +77,10 @@ def _packages(root: Path) -> list[str]:
 class SWEBuilder:
     def __init__(self, package: str, out: str | Path, n: int = 30, seed: int = 0, workers: int = 2,
                  max_tries: int | None = None, cache: RepoCache | None = None, sandbox: Sandbox | None = None,
-                 progress: bool = True):
+                 progress: bool = True, test_deps: tuple[str, ...] = ()):
         self.cache = cache or RepoCache()
         self.sandbox = sandbox or Sandbox()
-        self.spec = repo_spec(self.cache, package)
+        self.spec = repo_spec(self.cache, package, tuple(test_deps))
         self.out = Path(out)
         self.n, self.seed, self.workers = n, seed, max(1, workers)
         self.max_tries = max_tries or 8 * n

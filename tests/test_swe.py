@@ -290,3 +290,18 @@ def test_the_stock_trainer_trains_on_swe(tiny_model_dir, tmp_path):
     trajs = [json.loads(x) for x in (tmp_path / "run" / "rollouts" / "step-000001.rank0.jsonl").read_text().splitlines()]
     assert len(trajs) == 4 and all(t["env_id"].endswith("SWE-v0") for t in trajs)
     assert all(t["verdict"]["details"]["instance_id"] == t["task_id"] for t in trajs)
+
+
+def test_build_swe_cli(tmp_path):
+    out = tmp_path / "t.jsonl"
+    cli = [sys.executable, "-m", "sleuth.cli", "tasks", "build-swe"]
+    ok = subprocess.run([*cli, "--package", PACKAGE, "--n", "1", "--out", str(out)], capture_output=True, text=True,
+                        timeout=600)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert json.loads(ok.stdout)["tasks"] == 1 and len(out.read_text().splitlines()) == 1
+    bad = subprocess.run([*cli, "--package", "toolz", "--out", str(tmp_path / "x.jsonl")], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "NAME==VERSION" in bad.stderr
+    missing = subprocess.run([*cli, "--package", "toolz==0.0.0.dev999", "--out", str(tmp_path / "y.jsonl")],
+                             capture_output=True, text=True, timeout=600)
+    assert missing.returncode == 2 and "pip could not fetch" in missing.stderr
