@@ -4,6 +4,7 @@ patches), the env's tools, the scripted gold agent (solves every task) and do-no
 scoring, and the SWE-bench Lite loader with its Docker backend's refusal."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -135,6 +136,7 @@ def test_a_package_the_index_cannot_serve_is_cannot_score(built, tmp_path):
         SWEVerifier(cache=RepoCache(tmp_path / "cache2"))(tampered, tampered["patch"])
 
 
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="without bubblewrap nothing is read-only: never run this unisolated")
 def test_hostile_patches_are_contained(built):
     """Patched library code that writes into the repository, or never returns: a verdict, not damage."""
     from sleuth.sandbox.repos import RepoCache, RepoSpec
@@ -153,7 +155,8 @@ def test_hostile_patches_are_contained(built):
     def fix_plus(code: str) -> str:  # the gold fix, plus code run when the module is imported
         return unified_diff(target, buggy, fixed + code)
 
-    writer = SWEVerifier(wall_s=60)(rec, fix_plus("\nopen(__file__, 'w').write('')\nimport os\nos.system('rm -rf / 2>/dev/null')\n"))
+    writer = SWEVerifier(wall_s=60)(rec, fix_plus(
+        "\nopen(__file__, 'w').write('')\nimport os\nos.system('rm -rf /work/repo /work/env 2>/dev/null')\n"))
     assert writer.score == 0.0  # the import fails: the repository is read-only in the sandbox
     assert (clean / target).read_text() == fixed
     looping = SWEVerifier(wall_s=8)(rec, fix_plus("\nwhile True:\n    pass\n"))
