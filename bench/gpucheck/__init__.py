@@ -1,0 +1,1 @@
+"""The checks behind bench/gpu_check.py, one file per group."""
