@@ -20,8 +20,6 @@ from sleuth.sandbox import Sandbox
 from sleuth.sandbox.pytest_run import check_selectors, run_pytest
 from sleuth.sandbox.repos import RepoCache, RepoSpec
 from sleuth.sandbox.workspace import (
-    apply_patch,
-    make_workspace,
     remove_workspace,
     resolve,
     unified_diff,
@@ -29,7 +27,7 @@ from sleuth.sandbox.workspace import (
 )
 from sleuth.tasks.base import Task
 from sleuth.verifiers.base import Verdict, Verifier
-from sleuth.verifiers.swe import SWEVerifier, swe_record, swe_test_ids
+from sleuth.verifiers.swe import SWEVerifier, buggy_workspace, swe_record, swe_test_ids
 
 MAX_READ_LINES = 200
 MAX_MATCHES = 50
@@ -74,8 +72,7 @@ class SWEEnv(ToolEnv):
         self._drop_workspace()
         spec = RepoSpec.from_dict(rec["sdist"])
         self.spec, self.venv = spec, self.cache.env(spec)
-        self.ws = make_workspace(self.cache.source(spec), mode=self.workspace_mode)
-        apply_patch(self.ws, rec["bug_patch"])
+        self.ws = buggy_workspace(self.cache.source(spec), rec, self.workspace_mode)
         self.fail_to_pass = swe_test_ids(rec["FAIL_TO_PASS"])
         self.originals: dict[str, str] = {}  # text of each edited file before its first edit
         self._last_tests: dict[str, Any] | None = None

@@ -140,15 +140,15 @@ def test_a_package_the_index_cannot_serve_is_cannot_score(built, tmp_path):
 def test_hostile_patches_are_contained(built):
     """Patched library code that writes into the repository, or never returns: a verdict, not damage."""
     from sleuth.sandbox.repos import RepoCache, RepoSpec
-    from sleuth.sandbox.workspace import apply_patch, make_workspace, remove_workspace, unified_diff
+    from sleuth.sandbox.workspace import remove_workspace, unified_diff
+    from sleuth.verifiers.swe import buggy_workspace
 
     _, _, recs = built
     rec = recs[0]
     target = rec["mutation"]["file"]
     clean = RepoCache().source(RepoSpec.from_dict(rec["sdist"]))
     fixed = (clean / target).read_text()
-    ws = make_workspace(clean)
-    apply_patch(ws, rec["bug_patch"])
+    ws = buggy_workspace(clean, rec)
     buggy = (ws / target).read_text()
     remove_workspace(ws)
 

@@ -73,12 +73,8 @@ class SWEVerifier:
             clean, env = self.cache.source(spec), self.cache.env(spec)
         except RepoError as e:  # no sdist, no index, a changed archive: the machine, not the response
             raise CannotScore(str(e)) from e
-        ws = make_workspace(clean, mode=self.mode)
+        ws = buggy_workspace(clean, rec, self.mode)
         try:
-            try:
-                apply_patch(ws, rec["bug_patch"])
-            except PatchError as e:  # the record, not the response, is broken: not the model's fault
-                raise ValueError(f"the task's bug_patch does not apply to {spec.key}: {e}") from e
             try:
                 applied_with = apply_patch(ws, diff)
             except PatchError as e:
@@ -100,6 +96,17 @@ class SWEVerifier:
         if run.status not in ("ok", "error"):  # pytest exits 1 when a test fails: that is "error", fine
             details["error"] = f"test run ended with status {run.status}"
         return Verdict(1.0 if resolved else 0.0, details)
+
+
+def buggy_workspace(clean: Path, rec: dict[str, Any], mode: str = "hardlink") -> Path:
+    """A fresh workspace of the task's buggy repository: the clean copy plus the record's `bug_patch`."""
+    ws = make_workspace(clean, mode=mode)
+    try:
+        apply_patch(ws, rec["bug_patch"])
+    except PatchError as e:  # the record, not a response, is broken
+        remove_workspace(ws)
+        raise ValueError(f"the task's bug_patch does not apply to {clean.name}: {e}") from e
+    return ws
 
 
 def _restore_tests(clean: Path, ws: Path, bug_patch: str, touched: list[str]) -> list[str]:
