@@ -223,9 +223,12 @@ class SWEBuilder:
                     batch.append(c)
                 for c, res in zip(batch, pool.map(lambda c: self.evaluate(c, base), batch), strict=True):
                     fn_key = f"{c.mutation.path}:{c.mutation.function}"
-                    ok = res["status"] == "accepted" and len(kept) < self.n and per_function[fn_key] < MAX_PER_FUNCTION
+                    reason = res.get("reason") or ("enough tasks" if len(kept) >= self.n else
+                                                   "function has its tasks" if per_function[fn_key] >= MAX_PER_FUNCTION
+                                                   else "")
+                    ok = not reason
                     log.write(json.dumps({"mutation_key": c.mutation.key, "status": "accepted" if ok else "rejected",
-                                          "reason": res.get("reason", "" if ok else "enough tasks")}) + "\n")
+                                          "reason": reason}) + "\n")
                     log.flush()
                     if ok:
                         kept.append(res["record"])
@@ -236,7 +239,7 @@ class SWEBuilder:
                         if on_task:
                             on_task(res["record"])
                     else:
-                        reasons[res.get("reason", "enough tasks")] += 1
+                        reasons[reason] += 1
                 bar.set_postfix(tried=len(done) + i)
         bar.close()
         return {"package": self.spec.key, "tasks": len(kept), "wanted": self.n, "tried": len(done) + i,
