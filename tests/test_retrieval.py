@@ -183,3 +183,22 @@ def test_dense_and_hybrid_rank_by_meaning_and_persist(tmp_path):
     hybrid = HybridIndex(BM25Index(DOCS), dense)
     hybrid.save(tmp_path / "hybrid")
     assert load_index(tmp_path / "hybrid").search(QUERIES, 3) == hybrid.search(QUERIES, 3)
+
+
+def test_gpu_placement_moves_flat_indexes_only(monkeypatch, caplog):
+    """faiss's GPU cloner hands HNSW back as a CPU copy without a word; sleuth keeps it on the CPU and says so.
+    (No GPU here: faiss's GPU entry points are replaced, only the placement decision is under test.)"""
+    import faiss
+
+    from sleuth.envs.retrieval import dense
+
+    moved = []
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1)
+    monkeypatch.setattr(faiss, "StandardGpuResources", object, raising=False)
+    monkeypatch.setattr(faiss, "index_cpu_to_gpu", lambda res, dev, index: moved.append(index) or "gpu-index",
+                        raising=False)
+    flat, hnsw = faiss.IndexFlatIP(8), faiss.IndexHNSWFlat(8, 4, faiss.METRIC_INNER_PRODUCT)
+    assert dense._to_gpu(flat) == "gpu-index" and moved == [flat]
+    with caplog.at_level("INFO"):
+        assert dense._to_gpu(hnsw) is hnsw
+    assert moved == [flat] and "HNSW searches on the CPU" in caplog.text
