@@ -6,9 +6,40 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from sleuth.agents.models import resolve_model
 from sleuth.agents.policy import Generation, Request, SamplingParams
+
+
+class _SampledLogprobs(LogitsProcessor):
+    """Records the logprob of each sampled token under logits / temperature (what the trainer recomputes;
+    vLLM reports the same with --logprobs-mode processed_logprobs; greedy: temperature 1), one step at a
+    time: at step t the new token of step t-1 is the last column of `input_ids`. Asking generate for
+    `output_logits` instead keeps every step's full-vocabulary logits (~13 GB in fp32 at batch 64 × 1024
+    tokens). Custom processors run after generate's own (penalties, if the model's generation config sets
+    any) and before temperature and top-p."""
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+        self.pending: torch.Tensor | None = None  # log-softmax of the last step, waiting for its token
+        self.steps: list[torch.Tensor] = []
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        if self.pending is not None:
+            self.steps.append(self.pending.gather(-1, tokens[:, None])[:, 0])
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.pending is not None:
+            self._take(input_ids[:, -1])
+        self.pending = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, last_tokens: torch.Tensor) -> torch.Tensor:
+        """(batch, steps) logprobs, once generate has returned the last step's tokens."""
+        self._take(last_tokens)
+        self.pending = None
+        return torch.stack(self.steps, dim=1) if self.steps else torch.empty(len(last_tokens), 0)
 
 
 class TransformersPolicy:
@@ -48,27 +79,16 @@ class TransformersPolicy:
             torch.manual_seed(sampling.seed)  # once per seed: re-seeding every call would repeat samples
             self._seeded = sampling.seed
         greedy = sampling.temperature <= 0
+        recorder = _SampledLogprobs(1.0 if greedy else sampling.temperature)
         kwargs: dict[str, Any] = dict(
             max_new_tokens=sampling.max_tokens, do_sample=not greedy, eos_token_id=self.stop_ids,
-            pad_token_id=self.pad_id, return_dict_in_generate=True, output_logits=True,
+            pad_token_id=self.pad_id, logits_processor=LogitsProcessorList([recorder]),
         )
         if not greedy:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
-        res = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
-        new = res.sequences[:, width:].cpu()
-        # Logprob of each sampled token under the distribution it was sampled from: logits / temperature (the
-        # trainer divides by the same temperature; vLLM reports the same with --logprobs-mode processed_logprobs).
-        # Greedy decoding reports the raw (temperature-1) logprobs.
-        # One step at a time, releasing each step's logits: stacking them all (batch × steps × vocab, then a
-        # float copy and a log-softmax of it) tripled the memory HF already holds (~13 GB at 64 × 1024 tokens).
-        step_logits, scale = list(res.logits), 1.0 if greedy else sampling.temperature
-        del res
-        lps, sampled = torch.empty(new.shape, device=self.device), new.to(self.device)
-        for t in range(len(step_logits)):
-            logits = step_logits[t].float() / scale
-            step_logits[t] = None
-            lps[:, t] = torch.log_softmax(logits, dim=-1).gather(-1, sampled[:, t:t + 1]).squeeze(-1)
-        lps = lps.cpu()
+        sequences = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+        new = sequences[:, width:].cpu()
+        lps = recorder.finish(sequences[:, -1]).cpu()
         gens = []
         for row in range(len(prompts)):
             toks = new[row].tolist()
