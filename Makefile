@@ -92,6 +92,7 @@ bench: setup
 	$(PY) bench/env_server.py
 	$(PY) bench/train_step.py
 	$(PY) bench/swe.py --all
+	$(PY) bench/hf_logprobs.py
 
 # Every advantage estimator, same seeds and budget, DocRead train → held-out test (~7 min per variant on CPU).
 ablate: setup
