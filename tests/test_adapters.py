@@ -1,8 +1,9 @@
-"""Verifiers inside other trainers: TRL (run for real), verl (called as its loader calls it), OpenRLHF
-(its documented request and response), and the verifier server."""
+"""Verifiers inside other trainers: TRL (run for real), verl (its own loader and reward manager), OpenRLHF
+(its own reward client, over HTTP and the file form), and the verifier server."""
 
 import importlib.util
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -125,6 +126,35 @@ def test_verl_itself_loads_and_calls_the_adapter(data_dir, tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-1]) == [1.0, 0.0, 1.0, 1.0, 0.0]
+
+
+@pytest.mark.skipif(_verl_python() is None, reason="no OpenRLHF interpreter (make verl builds .venv-verl)")
+def test_openrlhf_itself_fetches_rewards(data_dir, tmp_path):
+    """OpenRLHF 0.11.2's own reward client (`SingleTurnAgentExecutor`) gets sleuth's verdicts both ways its
+    `--reward.remote_url` allows: from `sleuth serve verifier` over HTTP (QA and code servers) and from the
+    adapter file (`.py` form, `SLEUTH_VERIFIER`), in OpenRLHF's venv."""
+    from sleuth.verifiers.server import create_app
+
+    mbpp = json.loads((data_dir / "mbpp" / "mbpp.jsonl").read_text().splitlines()[1])
+    prompt = "<|im_start|>user\nWho wrote Hamlet?<|im_end|>\n<|im_start|>assistant\n"
+    qa = {"queries": [prompt + "William Shakespeare<|im_end|>", prompt + "Marlowe<|im_end|>"],
+          "prompts": [prompt, prompt], "labels": ["William Shakespeare"] * 2}
+    code_label = json.dumps({k: mbpp[k] for k in ("test_list", "test_setup_code")})
+    code = {"queries": [prompt + f"```python\n{mbpp['code']}\n```<|im_end|>", prompt + "def f(): pass<|im_end|>"],
+            "prompts": [prompt, prompt], "labels": [code_label] * 2}
+    with in_thread(create_app("qa")) as qa_url, in_thread(create_app("code")) as code_url:
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps({"calls": [{"url": f"{qa_url}/get_reward", **qa},
+                                              {"url": f"{code_url}/get_reward", **code},
+                                              {"url": str(ADAPTERS / "openrlhf.py"), **qa}]}))
+        r = subprocess.run([_verl_python(), str(Path(__file__).with_name("openrlhf_worker.py")), str(spec)],
+                           capture_output=True, text=True, timeout=300, env={**os.environ, "SLEUTH_VERIFIER": "qa"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    answers = json.loads(r.stdout.strip().splitlines()[-1])  # per call: one dict per request OpenRLHF made
+    assert [len(a) for a in answers] == [1, 1, 2]  # HTTP: a request per server; the file: one per sample
+    for key in ("rewards", "scores"):
+        assert [[x for part in a for x in part[key]] for a in answers] == [[1.0, 0.0]] * 3
+    assert answers[1][0]["extra_logs"] == {"sleuth_code_mean": 0.5}
 
 
 def test_openrlhf_reward_func_file_form():
