@@ -30,8 +30,7 @@ class _SampledLogprobs(LogitsProcessor):
             self.steps.append(self.pending.gather(-1, tokens[:, None])[:, 0])
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self.pending is not None:
-            self._take(input_ids[:, -1])
+        self._take(input_ids[:, -1])
         self.pending = torch.log_softmax(scores.float() / self.temperature, dim=-1)
         return scores
 
