@@ -40,10 +40,10 @@ def episode_metrics(t: Trajectory) -> dict[str, float]:
     for key, value in verdict.get("details", {}).items():
         if isinstance(value, (int, float)) and key != "wall_s":
             m[key] = float(value)
-    reads = [turn.info["read"] for turn in t.turns if turn.info.get("read")]
+    reads = [turn.read for turn in t.turns if turn.read]
     if reads:
-        m.update(reads=float(len(reads)), gold_reads=float(sum(r["gold"] for r in reads)),
-                 rereads=float(sum(r["reread"] for r in reads)))
+        m.update(reads=float(len(reads)), gold_reads=float(sum(bool(r.gold) for r in reads)),
+                 rereads=float(sum(r.reread for r in reads)))
     m.update(
         turns=float(len(t.turns)),
         tool_errors=float(sum(turn.error is not None for turn in t.turns)),
@@ -66,7 +66,7 @@ def summarise(trajs: Sequence[Trajectory], wall_time_s: float, meta: dict[str, A
     summary: dict[str, Any] = {**meta, "n": n, "failed": len(trajs) - n}
     skip = {"reads", "gold_reads", "rereads", "turns", "tool_errors", "answered", "policy_tokens", "total_tokens"}
     summary.update({k: mean(k) for k in keys if k not in skip})
-    if any("read" in turn.info for t in ok for turn in t.turns) or meta.get("env", "").endswith("DocRead-v0"):
+    if any(turn.read for t in ok for turn in t.turns) or meta.get("env", "").endswith("DocRead-v0"):
         summary.update(mean_reads=mean("reads"), mean_gold_reads=mean("gold_reads"), mean_rereads=mean("rereads"))
     turns = sum(r["turns"] for r in rows)
     summary.update(

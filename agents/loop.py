@@ -15,7 +15,7 @@ import gymnasium
 
 from sleuth.agents.chat import ChatRenderer
 from sleuth.agents.policy import Policy, Request, SamplingParams
-from sleuth.agents.trajectory import Trajectory, Turn
+from sleuth.agents.trajectory import ReadEvent, Trajectory, Turn
 from sleuth.tasks.base import Task
 
 
@@ -108,11 +108,15 @@ def _loop(make_env: Callable[[], gymnasium.Env], pending: deque, policy: Policy,
                 continue
             _, reward, terminated, truncated, info = outcome
             new_messages = info.pop("messages", [])
+            read = info.pop("read", None)
             turn = Turn(gen.ids, gen.logprobs, gen.text, tool_call=info.get("tool_call"), error=info.get("error"),
-                        reward=float(reward), info=info, policy_version=policy.version, finish_reason=gen.finish_reason)
+                        reward=float(reward), info=info, policy_version=policy.version, finish_reason=gen.finish_reason,
+                        read=ReadEvent.from_info(read) if read else None)
             ep.traj.turns.append(turn)
             ep.traj.reward += float(reward)
             if terminated or truncated:
+                if turn.read is not None:  # e.g. the budget ran out on this read: nobody saw the document
+                    turn.read.shown = False
                 yield _finish(ep, terminated, truncated, info, idle)
                 continue
             turn.observation = "\n".join(m["content"] for m in new_messages)
@@ -122,6 +126,8 @@ def _loop(make_env: Callable[[], gymnasium.Env], pending: deque, policy: Policy,
             if len(ep.context) + sampling.max_tokens <= limit:
                 still.append(ep)
             else:
+                if turn.read is not None:  # the next turn never comes: the document was never seen
+                    turn.read.shown = False
                 ep.traj.stop_reason = "context_limit"
                 yield _finish(ep, False, True, {}, idle)
         live = still

@@ -39,11 +39,10 @@ def _turn_outcomes(trajs: Sequence[Trajectory]) -> dict[str, list[int]]:
     kinds = {k: [0] * width for k in ("gold read", "distractor read", "run", "error", "answer")}
     for t in trajs:
         for i, turn in enumerate(t.turns):
-            read = turn.info.get("read")
             if turn.error:
                 kinds["error"][i] += 1
-            elif read:
-                kinds["gold read" if read["gold"] else "distractor read"][i] += 1
+            elif turn.read:
+                kinds["gold read" if turn.read.gold else "distractor read"][i] += 1
             elif turn.info.get("run"):
                 kinds["run"][i] += 1
             elif turn.tool_call:

@@ -2,13 +2,31 @@
 
 A trajectory's token sequence is `prompt_ids + Σ (action_ids + observation_ids)`: the policy's own ids,
 never re-derived from text, and the ids the agent loop appended after them. The loss mask is 1 exactly on
-action ids."""
+action ids. What a turn read is a typed field (`Turn.read`), not a key of the env's `info`."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+
+@dataclass
+class ReadEvent:
+    """One document the env showed (DocRead's `read`, or any env that reports `info["read"]`)."""
+    doc: int | str
+    title: str = ""
+    gold: bool | None = None  # None: the env does not know the gold documents
+    reread: bool = False
+    turn: int = 0
+    shown: bool = True  # False: the episode ended on this turn, so the policy never saw the document
+
+    @classmethod
+    def from_info(cls, read: dict[str, Any]) -> ReadEvent:
+        if "doc" not in read:
+            raise ValueError(f"a read event needs a 'doc'; got {read!r}")
+        known = {k: read[k] for k in ("doc", "title", "gold", "reread", "turn", "shown") if k in read}
+        return cls(**known)
 
 
 @dataclass
@@ -24,8 +42,11 @@ class Turn:
     info: dict[str, Any] = field(default_factory=dict)  # the env's step info (chat messages dropped)
     policy_version: int = 0
     finish_reason: str = "stop"  # "stop" (end-of-turn token) or "length" (max_tokens hit)
+    read: ReadEvent | None = None  # the document this turn read, if any
 
     def __post_init__(self) -> None:
+        if isinstance(self.read, dict):
+            self.read = ReadEvent.from_info(self.read)
         if len(self.action_logprobs) != len(self.action_ids):
             raise ValueError(f"{len(self.action_ids)} action ids but {len(self.action_logprobs)} logprobs")
 
@@ -82,9 +103,17 @@ class Trajectory:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trajectory:
         d = dict(d)
-        d["turns"] = [Turn(**t) for t in d.get("turns", [])]
+        d["turns"] = [Turn(**_migrate_turn(t)) for t in d.get("turns", [])]
         return cls(**d)
 
     @classmethod
     def from_json(cls, line: str) -> Trajectory:
         return cls.from_dict(json.loads(line))
+
+
+def _migrate_turn(t: dict[str, Any]) -> dict[str, Any]:
+    """Trajectories written before `Turn.read` existed kept the read event in `info["read"]`."""
+    info = t.get("info") or {}
+    if "read" not in t and isinstance(info.get("read"), dict):
+        t = {**t, "info": {k: v for k, v in info.items() if k != "read"}, "read": info["read"]}
+    return t

@@ -1,16 +1,20 @@
-"""The estimator contract: trajectories in, one advantage per policy token out.
+"""The estimator contract: trajectories and their tasks in, one advantage per policy token out.
 
-An estimator sees only `Trajectory` objects (the rewards folder never touches the optimiser). Its output
-is aligned with each trajectory's action tokens in order (`traj.num_policy_tokens` values), so an
-outcome estimator broadcasts one number, a step estimator one number per turn, a token estimator
-one per token. Estimators are registered by name and built from a config with keyword arguments."""
+An estimator sees only `Trajectory` objects and the `Task`s they ran (the rewards folder never touches the
+optimiser) and never writes into them. Every estimator is an `Estimator`: the trainer calls `est(trajs,
+tasks)` and gets `Advantages` (per trajectory, aligned with its action tokens in order:
+`traj.num_policy_tokens` values, or `(tokens, K)` granularities that the trainer mixes when `est.mixing` is
+set) plus the estimator's own metrics. Between steps it calls `refresh` when `refresh_due(step)` says so.
+Estimators are registered by name and built from a config with keyword arguments."""
 
 from __future__ import annotations
 
 import importlib.metadata
+from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -19,8 +23,45 @@ from sleuth.agents.trajectory import Trajectory
 ESTIMATOR_GROUP = "sleuth.estimators"
 
 
-class Estimator(Protocol):
-    def __call__(self, trajs: Sequence[Trajectory]) -> list[np.ndarray]: ...
+@dataclass
+class Advantages:
+    values: list[np.ndarray]  # one array per trajectory: (tokens,) or (tokens, K)
+    metrics: dict[str, list[float]] = field(default_factory=dict)  # e.g. "step/info_gain/gold_prob": per read turn
+
+
+@dataclass(frozen=True)
+class MixingSpec:
+    """What the trainer needs to mix K advantage granularities per token (GEAR's `gear_mix`)."""
+    granularities: int
+    mixer_lr: float = 1e-3
+    entropy_coef: float = 0.01
+    ema_decay: float = 0.99
+    distill_coef: float = 0.1
+
+
+class Estimator(ABC):
+    """An advantage estimator. `step_source` is a step-reward estimator this one is built on (information
+    gain inside GiGPO, CW-GRPO-adv and GEAR-mix): refreshes and policy checks reach it by default."""
+
+    mixing: MixingSpec | None = None
+    step_source: Estimator | None = None
+
+    @abstractmethod
+    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> Advantages: ...
+
+    def refresh_due(self, step: int) -> bool:
+        """Whether the trainer should hand the policy's weights to `refresh` after optimizer step `step`."""
+        return self.step_source is not None and self.step_source.refresh_due(step)
+
+    def refresh(self, state: Mapping[str, Any]) -> None:
+        if self.step_source is not None:
+            self.step_source.refresh(state)
+
+    def check_policy(self, tokenizer: Any) -> None:
+        """Called once before training with the policy's tokenizer; raises ValueError for a policy this
+        estimator cannot score (e.g. a reader that would read the policy's token ids with another vocabulary)."""
+        if self.step_source is not None:
+            self.step_source.check_policy(tokenizer)
 
 
 _ESTIMATORS: dict[str, Callable[..., Estimator]] = {}
@@ -44,9 +85,12 @@ def make_estimator(name: str, **kwargs: Any) -> Estimator:
     if name not in _ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {name!r}; registered: {', '.join(sorted(_ESTIMATORS))}")
     try:
-        return _ESTIMATORS[name](**kwargs)
+        est = _ESTIMATORS[name](**kwargs)
     except TypeError as e:
         raise ValueError(f"bad arguments for estimator {name!r}: {e}") from None
+    if not isinstance(est, Estimator):
+        raise TypeError(f"estimator {name!r} built a {type(est).__name__}, not a sleuth.rewards.Estimator subclass")
+    return est
 
 
 def _load_plugins() -> None:

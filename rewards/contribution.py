@@ -2,14 +2,20 @@
 
 `cw_grpo` (the published form): a judge scores each non-final round t of a trajectory with u_t (the
 round retrieved something useful and new) and v_t (its reasoning is supported), c_t = u_t·v_t, and the
-contributions are normalised over the K non-final rounds: c̃ = softmax(c/γ) for γ < 10, c̃ = c/Σc for
-γ ≥ 10 (uniform when Σc = 0). The outcome GRPO advantage A stays on the final round; if A > 0 round t's
-tokens get A·K·c̃_t (so the mean over the non-final rounds is still A); if A ≤ 0 nothing changes. The
-judge runs only on trajectories with A > 0.
+contributions are normalised over the K non-final rounds: c̃ = softmax(γ·c) for γ < 10 (a larger γ is
+sharper: γ = 5, c = (1, 0, 0) gives ≈ (0.987, 0.007, 0.007)), and for γ ≥ 10 the hard limit c̃ = c/Σc, as
+the authors' code does. Where Σc = 0 with γ ≥ 10 the weights are uniform (the value the softmax gives for
+equal contributions; the trajectory keeps its GRPO advantage on every round): the published code could not
+be checked for this case. The outcome GRPO advantage A stays on the final round; if A > 0 round t's tokens
+get A·K·c̃_t (so the mean over the non-final rounds is still A); if A ≤ 0 nothing changes. The judge runs
+only on trajectories with A > 0.
 
-`cw_grpo_adv` (our design notes): step advantages s_{i,t} = g_{i,t} − mean(g) from step rewards g (e.g.
-information gain, over the group's read turns); φ_i = (fraction of the trajectory's read turns with
-s > 0) × (mean of its positive s); A_i = clip(φ_i, lo, hi) · (R_i − mean_j R_j).
+`cw_grpo_adv` (sleuth's variant): step advantages s_{i,t} = g_{i,t} − mean(g) from step rewards g (e.g.
+information gain, over the group's read turns); a trajectory's raw contribution is φ_i = (fraction of its
+read turns with s > 0) × (mean of its positive s); it is normalised within the group, φ̃_i = φ_i / mean_j φ_j
+(1 for all when no trajectory contributes), and clipped to `phi_clip`. With c_i = R_i − mean_j R_j:
+A_i = φ̃_i·c_i for a success (c_i > 0: reading that helped is amplified) and A_i = c_i/φ̃_i for a failure
+(c_i < 0: a failure that still read useful documents is penalised less, one that read nothing useful more).
 """
 
 from __future__ import annotations
@@ -20,7 +26,15 @@ from typing import Any, Protocol
 import numpy as np
 
 from sleuth.agents.trajectory import Trajectory
-from sleuth.rewards.base import groups, outcome, per_token, per_turn, register_estimator
+from sleuth.rewards.base import (
+    Advantages,
+    Estimator,
+    groups,
+    outcome,
+    per_token,
+    per_turn,
+    register_estimator,
+)
 from sleuth.rewards.group import GroupOutcome
 from sleuth.rewards.info_gain import InfoGain, read_documents
 
@@ -39,10 +53,10 @@ class RuleJudge:
         seen: set[Any] = set()
         out = []
         for turn in traj.turns[:-1]:
-            read = turn.info.get("read") if not turn.error else None
-            u = float(bool(read) and read.get("title") in gold and read.get("doc") not in seen)
-            if read:
-                seen.add(read.get("doc"))
+            read = turn.read if not turn.error else None
+            u = float(read is not None and read.title in gold and read.doc not in seen)
+            if read is not None:
+                seen.add(read.doc)
             text = f"{turn.action_text}\n{turn.observation}".lower()
             v = float(any(e in text for e in entities))
             out.append((u, v))
@@ -98,11 +112,11 @@ def normalise(c: Sequence[float], gamma: float) -> np.ndarray:
     if gamma >= 10:
         total = c.sum()
         return c / total if total > 0 else np.full(c.size, 1.0 / c.size)
-    e = np.exp((c - c.max()) / gamma)
+    e = np.exp(gamma * (c - c.max()))
     return e / e.sum()
 
 
-class CWGRPO:
+class CWGRPO(Estimator):
     def __init__(self, judge: str = "rule", gamma: float = 10.0, judge_policy: str = "smollm2", eps: float = 1e-6):
         if judge not in ("rule", "llm"):
             raise ValueError(f"cw_grpo judge must be rule or llm; got {judge!r}")
@@ -111,7 +125,7 @@ class CWGRPO:
         self.outcome = GroupOutcome("grpo", eps)
         self.judged = 0  # trajectories the judge ran on
 
-    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> list[np.ndarray]:
+    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> Advantages:
         adv = self.outcome.trajectory_advantages(trajs)
         out = []
         for traj, a in zip(trajs, adv, strict=True):
@@ -122,15 +136,19 @@ class CWGRPO:
             self.judged += 1
             c = normalise([u * v for u, v in self.judge(traj, tasks[traj.task_id])], self.gamma)
             out.append(per_turn(traj, [*(a * k * c).tolist(), a]))
-        return out
+        judged = sum(1 for traj, a in zip(trajs, adv, strict=True) if a > 0 and len(traj.turns) > 1)
+        return Advantages(out, {"cw_grpo/judged": [float(judged)]})
 
 
-class CWGRPOAdv:
+class CWGRPOAdv(Estimator):
     def __init__(self, step_reward: Mapping[str, Any] | None = None, phi_clip: tuple[float, float] = (0.5, 2.0)):
-        self.step_source = InfoGain(**dict(step_reward or {}))
+        self.step_source: InfoGain = InfoGain(**dict(step_reward or {}))
         self.lo, self.hi = phi_clip
+        if not 0 < self.lo <= 1 <= self.hi:
+            raise ValueError(f"cw_grpo_adv phi_clip must satisfy 0 < low ≤ 1 ≤ high, got {phi_clip}")
 
     def contributions(self, trajs: Sequence[Trajectory], steps: Sequence[Sequence[float]]) -> np.ndarray:
+        """Raw φ_i (before the group normalisation)."""
         phi = np.zeros(len(trajs))
         for idx in groups(trajs).values():
             read_turns = {i: [t for t, text in read_documents(trajs[i]) if text is not None] for i in idx}
@@ -142,15 +160,25 @@ class CWGRPOAdv:
                 phi[i] = (pos.size / s.size) * pos.mean() if pos.size else 0.0
         return phi
 
-    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> list[np.ndarray]:
+    def weights(self, trajs: Sequence[Trajectory], phi: np.ndarray) -> np.ndarray:
+        """φ̃: φ divided by its group mean (1 where the group has no contribution), clipped."""
+        out = np.ones(len(trajs))
+        for idx in groups(trajs).values():
+            mean = float(np.mean(phi[idx]))
+            if mean > 0:
+                out[idx] = phi[idx] / mean
+        return np.clip(out, self.lo, self.hi)
+
+    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> Advantages:
         steps = self.step_source.step_rewards(trajs, tasks)
-        phi = np.clip(self.contributions(trajs, steps), self.lo, self.hi)
+        phi = self.weights(trajs, self.contributions(trajs, steps))
         out = [0.0] * len(trajs)
         for idx in groups(trajs).values():
             r = np.array([outcome(trajs[i]) for i in idx])
             for i, centred in zip(idx, r - r.mean(), strict=True):
-                out[i] = phi[i] * centred
-        return [per_token(t, a) for t, a in zip(trajs, out, strict=True)]
+                out[i] = phi[i] * centred if centred > 0 else centred / phi[i]
+        metrics = {**self.step_source.step_metrics(trajs, steps), "cw_grpo_adv/phi": phi.tolist()}
+        return Advantages([per_token(t, a) for t, a in zip(trajs, out, strict=True)], metrics)
 
 
 @register_estimator("cw_grpo")

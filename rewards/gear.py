@@ -18,8 +18,17 @@ import numpy as np
 import torch
 
 from sleuth.agents.trajectory import Trajectory
-from sleuth.rewards.base import groups, per_token, per_turn, register_estimator
+from sleuth.rewards.base import (
+    Advantages,
+    Estimator,
+    MixingSpec,
+    groups,
+    per_token,
+    per_turn,
+    register_estimator,
+)
 from sleuth.rewards.group import GroupOutcome
+from sleuth.rewards.info_gain import InfoGain
 
 HINT = "For grading only: the correct answer is {answer}. Supporting documents: {titles}."
 
@@ -48,7 +57,7 @@ def segment_weights(divergence: np.ndarray, entropy: np.ndarray, turn_ends: Sequ
     return w / w.mean()
 
 
-class GearGT:
+class GearGT(Estimator):
     def __init__(self, reader: Any = "smollm2", kappa: float = 1.0, tau: float | None = None, alpha: float = 1.0,
                  eps: float = 1e-6):
         if isinstance(reader, str):
@@ -57,6 +66,12 @@ class GearGT:
             reader = Reader(reader)
         self.reader, self.kappa, self.tau, self.alpha = reader, kappa, tau, alpha
         self.outcome = GroupOutcome("grpo", eps)
+
+    def check_policy(self, tokenizer: Any) -> None:
+        """The reader scores the policy's own token ids: it must share the policy's vocabulary."""
+        if self.reader.tokenizer.get_vocab() != tokenizer.get_vocab():
+            raise ValueError("gear_gt reads the policy's token ids with the reader model, but their tokenizers differ: "
+                             "name the policy's model (or one with the same tokenizer) as the reader")
 
     def hint_ids(self, task: Any) -> list[int]:
         tok = self.reader.tokenizer
@@ -84,28 +99,31 @@ class GearGT:
         ent = -(student.exp() * student).sum(-1)
         return kl.cpu().numpy(), ent.cpu().numpy()
 
-    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> list[np.ndarray]:
+    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> Advantages:
         adv = self.outcome.trajectory_advantages(trajs)
-        out = []
+        out, in_segment = [], []
         for traj, a in zip(trajs, adv, strict=True):
             if a == 0 or traj.num_policy_tokens == 0:
                 out.append(per_token(traj, a))
                 continue
             div, ent = self.token_signals(traj, tasks[traj.task_id])
             ends = np.cumsum([len(t.action_ids) for t in traj.turns])[:-1].tolist()
-            out.append(a * segment_weights(div, ent, ends, self.kappa, self.tau, self.alpha))
-        return out
+            w = segment_weights(div, ent, ends, self.kappa, self.tau, self.alpha)
+            in_segment.append(float(np.mean(w > w.min())) if w.max() > w.min() else 0.0)
+            out.append(a * w)
+        return Advantages(out, {"gear_gt/segment_fraction": in_segment})
 
 
 GRANULARITIES = ("outcome", "tool", "info_gain")
 
 
-class GearMix:
-    """GEAR as in our design notes (`gear_mix`): K advantage granularities per token, each group-normalised,
-    mixed in the trainer by a learned head over the policy's hidden state (`training.mixing`), plus EMA
-    self-distillation. Granularities: `outcome` (GRPO of the outcome reward), `tool` (+1 for a turn whose tool
-    call ran, −1 for a malformed or failed one, z-scored over the group's turns), `info_gain` (CIGPO's
-    discounted, normalised read gains; `step_reward` configures it). Output: (tokens, K) per trajectory."""
+class GearMix(Estimator):
+    """sleuth's learned-mixing variant of GEAR (`gear_mix`): K advantage granularities per token, each
+    group-normalised, mixed in the trainer by a head over the policy's hidden state (`training.mixing`: the
+    head learns from its own objective, never from the policy loss), plus EMA self-distillation.
+    Granularities: `outcome` (GRPO of the outcome reward), `tool` (+1 for a turn whose tool call ran, −1 for a
+    malformed or failed one, z-scored over the group's turns), `info_gain` (CIGPO's discounted, normalised
+    read gains; `step_reward` configures it, `refresh_every` included). Output: (tokens, K) per trajectory."""
 
     def __init__(self, granularities: Sequence[str] = ("outcome", "tool"), step_reward: Mapping[str, Any] | None = None,
                  mixer_lr: float = 1e-3, entropy_coef: float = 0.01, ema_decay: float = 0.99,
@@ -115,13 +133,11 @@ class GearMix:
             raise ValueError(f"gear_mix granularities must be among {', '.join(GRANULARITIES)}; got {list(granularities)}")
         self.granularities, self.eps = list(granularities), eps
         self.outcome = GroupOutcome("grpo", eps)
-        self.info = None
         if "info_gain" in self.granularities:
-            from sleuth.rewards.info_gain import InfoGain
-
-            self.info = InfoGain(**{**dict(step_reward or {}), "outcome_weight": 0.0, "step_weight": 1.0})
-        self.mixing = {"granularities": len(self.granularities), "mixer_lr": mixer_lr, "entropy_coef": entropy_coef,
-                       "ema_decay": ema_decay, "distill_coef": distill_coef}
+            self.step_source = InfoGain(**{**dict(step_reward or {}), "outcome_weight": 0.0, "step_weight": 1.0})
+        elif step_reward:
+            raise ValueError("gear_mix step_reward configures the info_gain granularity, which is not in granularities")
+        self.mixing = MixingSpec(len(self.granularities), mixer_lr, entropy_coef, ema_decay, distill_coef)
 
     def tool_advantages(self, trajs: Sequence[Trajectory]) -> list[np.ndarray]:
         out = [np.zeros(len(t.turns)) for t in trajs]
@@ -134,18 +150,18 @@ class GearMix:
                 out[i][k] = (x - v.mean()) / (v.std() + self.eps)
         return [per_turn(t, a.tolist()) for t, a in zip(trajs, out, strict=True)]
 
-    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any] | None = None) -> list[np.ndarray]:
-        parts = []
+    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> Advantages:
+        parts, metrics = [], {}
         for g in self.granularities:
             if g == "outcome":
-                parts.append(self.outcome(trajs))
+                parts.append(self.outcome(trajs, tasks).values)
             elif g == "tool":
                 parts.append(self.tool_advantages(trajs))
             else:
-                if tasks is None:
-                    raise ValueError("gear_mix with info_gain needs the tasks (the trainer passes them)")
-                parts.append(self.info(trajs, tasks))
-        return [np.stack([p[i] for p in parts], axis=-1) for i in range(len(trajs))]
+                info = self.step_source(trajs, tasks)
+                parts.append(info.values)
+                metrics.update(info.metrics)
+        return Advantages([np.stack([p[i] for p in parts], axis=-1) for i in range(len(trajs))], metrics)
 
 
 @register_estimator("gear_mix")

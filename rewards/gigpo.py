@@ -6,6 +6,7 @@ sequence of environment observations so far, i.e. the same documents shown in th
 step group; each such turn's discounted return G_{i,t} = Σ_{k≥t} γ^{k−t} r_{i,k} (r: the step rewards, plus
 the outcome R_i on the last turn) is normalised within its step group:
     A^S_{i,t} = (G_{i,t} − mean) / (std + ε)   (0 for a step group of one),
+with the sample (unbiased, n−1) std at both levels, as verl-agent computes both (`torch.std`);
 and A_{i,t} = A^E_i + ω · A^S_{i,t}.
 Step rewards are 0 unless `step_reward` names an information-gain configuration (e.g. {variant:
 gold_prob}), which composes CIGPO's per-read rewards into GiGPO's step returns.
@@ -20,8 +21,17 @@ from typing import Any
 import numpy as np
 
 from sleuth.agents.trajectory import Trajectory
-from sleuth.rewards.base import discounted_returns, groups, outcome, per_turn, register_estimator
+from sleuth.rewards.base import (
+    Advantages,
+    Estimator,
+    discounted_returns,
+    groups,
+    outcome,
+    per_turn,
+    register_estimator,
+)
 from sleuth.rewards.group import GroupOutcome
+from sleuth.rewards.info_gain import InfoGain
 
 
 def anchor_keys(traj: Trajectory) -> list[tuple[str, ...]]:
@@ -33,16 +43,12 @@ def anchor_keys(traj: Trajectory) -> list[tuple[str, ...]]:
     return keys
 
 
-class GiGPO:
+class GiGPO(Estimator):
     def __init__(self, omega: float = 1.0, gamma: float = 0.95, eps: float = 1e-6,
                  step_reward: Mapping[str, Any] | None = None):
         self.omega, self.gamma, self.eps = omega, gamma, eps
         self.episode = GroupOutcome("grpo", eps)
-        self.step_source = None
-        if step_reward is not None:
-            from sleuth.rewards.info_gain import InfoGain
-
-            self.step_source = InfoGain(**dict(step_reward))
+        self.step_source: InfoGain | None = InfoGain(**dict(step_reward)) if step_reward is not None else None
 
     def step_advantages(self, trajs: Sequence[Trajectory], steps: Sequence[Sequence[float]]) -> list[np.ndarray]:
         returns = []
@@ -61,20 +67,21 @@ class GiGPO:
                 if len(members) < 2:
                     continue
                 g = np.array([returns[i][t] for i, t in members])
-                for (i, t), v in zip(members, (g - g.mean()) / (g.std() + self.eps), strict=True):
+                for (i, t), v in zip(members, (g - g.mean()) / (g.std(ddof=1) + self.eps), strict=True):
                     adv[i][t] = v
         return adv
 
-    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any] | None = None) -> list[np.ndarray]:
+    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> Advantages:
+        metrics: dict[str, list[float]] = {}
         if self.step_source is not None:
-            if tasks is None:
-                raise ValueError("gigpo with step_reward needs the tasks (the trainer passes them)")
             steps = self.step_source.step_rewards(trajs, tasks)
+            metrics = self.step_source.step_metrics(trajs, steps)
         else:
             steps = [[0.0] * len(t.turns) for t in trajs]
         episode = self.episode.trajectory_advantages(trajs)
         step = self.step_advantages(trajs, steps)
-        return [per_turn(t, (episode[i] + self.omega * step[i]).tolist()) for i, t in enumerate(trajs)]
+        return Advantages([per_turn(t, (episode[i] + self.omega * step[i]).tolist()) for i, t in enumerate(trajs)],
+                          metrics)
 
 
 @register_estimator("gigpo")

@@ -9,12 +9,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from sleuth.agents.trajectory import Trajectory
-from sleuth.rewards.base import groups, outcome, per_token, register_estimator
+from sleuth.rewards.base import Advantages, Estimator, groups, outcome, per_token, register_estimator
 
 
 def group_advantages(rewards: np.ndarray, kind: str, eps: float = 1e-6) -> np.ndarray:
@@ -30,7 +31,7 @@ def group_advantages(rewards: np.ndarray, kind: str, eps: float = 1e-6) -> np.nd
     raise ValueError(f"unknown group advantage {kind!r}")
 
 
-class GroupOutcome:
+class GroupOutcome(Estimator):
     """One advantage per trajectory from its group's outcome rewards, broadcast over its tokens."""
 
     def __init__(self, kind: str, eps: float = 1e-6):
@@ -43,8 +44,8 @@ class GroupOutcome:
             adv[idx] = group_advantages(rewards, self.kind, self.eps)
         return adv
 
-    def __call__(self, trajs: Sequence[Trajectory]) -> list[np.ndarray]:
-        return [per_token(t, a) for t, a in zip(trajs, self.trajectory_advantages(trajs), strict=True)]
+    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> Advantages:
+        return Advantages([per_token(t, a) for t, a in zip(trajs, self.trajectory_advantages(trajs), strict=True)])
 
 
 @register_estimator("grpo")

@@ -12,7 +12,8 @@ the step reward of the turn that made read t is a gain g_t = v(c_t) − v(c_{t�
   task's documents: HotpotQA answers are mostly entities, so the titles are the natural confusers);
 - `kl`: KL(P_t ‖ P_{t−1}) over the same candidates.
 
-A re-read or a failed read adds no document: c_t = c_{t−1}, so its gain is 0; other turns get 0. A
+A re-read, a failed read or a read the policy never saw (the episode ended on it: `ReadEvent.shown`) adds
+no document: c_t = c_{t−1}, so its gain is 0; other turns get 0. A
 trajectory with T new reads costs T+1 contexts (turn t's "after" is turn t+1's "before"), and contexts
 shared across a group (the question alone) are scored once.
 
@@ -32,26 +33,34 @@ from typing import Any
 import numpy as np
 
 from sleuth.agents.trajectory import Trajectory
-from sleuth.rewards.base import discounted_returns, groups, per_turn, register_estimator
+from sleuth.rewards.base import (
+    Advantages,
+    Estimator,
+    discounted_returns,
+    groups,
+    per_turn,
+    register_estimator,
+)
 from sleuth.rewards.group import GroupOutcome
 
 VARIANTS = ("gold_prob", "gold_logprob", "entropy", "kl")
 
 
 def read_documents(traj: Trajectory) -> list[tuple[int, str | None]]:
-    """(turn index, new document text or None) for each read turn: None for re-reads and failed reads."""
+    """(turn index, new document text or None) for each read turn: None for re-reads, failed reads and
+    reads whose document the policy never saw."""
     out, seen = [], set()
     for t, turn in enumerate(traj.turns):
-        read = turn.info.get("read") if isinstance(turn.info, dict) else None
-        if not read or turn.error:
+        read = turn.read
+        if read is None or turn.error:
             continue
-        new = read.get("doc") not in seen and not read.get("reread")
-        seen.add(read.get("doc"))
+        new = read.doc not in seen and not read.reread and read.shown
+        seen.add(read.doc)
         out.append((t, turn.observation if new else None))
     return out
 
 
-class InfoGain:
+class InfoGain(Estimator):
     def __init__(self, variant: str = "gold_prob", reader: Any = "smollm2", candidates: int = 8,
                  step_weight: float = 1.0, outcome_weight: float = 1.0, gamma: float = 1.0, outcome: str = "grpo",
                  eps: float = 1e-6, refresh_every: int = 0):
@@ -61,15 +70,26 @@ class InfoGain:
             from sleuth.rewards.reader import Reader
 
             reader = Reader(reader)
-        self.reader, self.variant, self.k = reader, variant, candidates
-        self.ws, self.wo, self.gamma, self.eps = step_weight, outcome_weight, gamma, eps
+        if refresh_every < 0:
+            raise ValueError(f"info_gain refresh_every must be ≥ 0, got {refresh_every}")
+        self.reader, self.variant, self.candidates = reader, variant, candidates
+        self.step_weight, self.outcome_weight, self.gamma, self.eps = step_weight, outcome_weight, gamma, eps
         self.outcome = GroupOutcome(outcome, eps)
         self.refresh_every = refresh_every  # > 0: the trainer hands the policy's weights every N steps
+
+    def refresh_due(self, step: int) -> bool:
+        return self.refresh_every > 0 and step % self.refresh_every == 0
 
     def refresh(self, state: Mapping[str, Any]) -> None:
         """Make the reader a snapshot of the policy (same architecture: name the policy's model as reader)."""
         self.reader.model.load_state_dict(dict(state), strict=False)
-        self.reader._cache.clear()
+        self.reader.clear_cache()
+
+    def check_policy(self, tokenizer: Any) -> None:
+        """A reader that becomes a snapshot of the policy must be the policy's architecture and vocabulary."""
+        if self.refresh_every and self.reader.tokenizer.get_vocab() != tokenizer.get_vocab():
+            raise ValueError("info_gain refresh_every > 0 loads the policy's weights into the reader, but the reader's "
+                             "tokenizer is not the policy's: name the policy's model as the reader")
 
     # -- step rewards -------------------------------------------------------------------------------
     def step_rewards(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> list[list[float]]:
@@ -106,7 +126,7 @@ class InfoGain:
             return [task.answer]
         norm = task.answer.strip().lower()
         titles = [d["title"] for d in task.payload.get("docs", []) if d["title"].strip().lower() != norm]
-        return [task.answer, *list(dict.fromkeys(titles))[: self.k - 1]]
+        return [task.answer, *list(dict.fromkeys(titles))[: self.candidates - 1]]
 
     def _value(self, scored: list[tuple[float, int]]) -> Any:
         mean_lp = np.array([s / max(n, 1) for s, n in scored])
@@ -124,13 +144,15 @@ class InfoGain:
             return float(_entropy(before) - _entropy(after))
         return float(np.sum(after * (np.log(after + 1e-12) - np.log(before + 1e-12))))
 
+    def step_metrics(self, trajs: Sequence[Trajectory], steps: Sequence[Sequence[float]]) -> dict[str, list[float]]:
+        """The step rewards of every read turn, for the trainer's metrics."""
+        gains = [steps[i][t] for i, traj in enumerate(trajs) for t, _ in read_documents(traj)]
+        return {f"step/info_gain/{self.variant}": gains}
+
     # -- advantages ---------------------------------------------------------------------------------
-    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> list[np.ndarray]:
+    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> Advantages:
         steps = self.step_rewards(trajs, tasks)
         outcome = self.outcome.trajectory_advantages(trajs)
-        for traj, r in zip(trajs, steps, strict=True):  # kept on the trajectory for metrics and later stages
-            for turn, g in zip(traj.turns, r, strict=True):
-                turn.info.setdefault("step_rewards", {})[f"info_gain/{self.variant}"] = g
         norm = [np.zeros(len(t.turns)) for t in trajs]
         for idx in groups(trajs).values():
             # The pool is every non-final turn of the group (a turn that read nothing new has gain 0), so a
@@ -142,8 +164,10 @@ class InfoGain:
             for i in idx:
                 for t in range(len(trajs[i].turns) - 1):
                     norm[i][t] = (steps[i][t] - mean) / (std + self.eps)
-        return [per_turn(t, (self.wo * outcome[i] + self.ws * discounted_returns(norm[i], self.gamma)).tolist())
-                for i, t in enumerate(trajs)]
+        values = [per_turn(t, (self.outcome_weight * outcome[i]
+                               + self.step_weight * discounted_returns(norm[i], self.gamma)).tolist())
+                  for i, t in enumerate(trajs)]
+        return Advantages(values, self.step_metrics(trajs, steps))
 
 
 def _entropy(p: np.ndarray) -> float:

@@ -38,6 +38,10 @@ class Reader:
                     {"role": "user", "content": f"{body}Question: {question}"}]
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
+    def clear_cache(self) -> None:
+        """Forget every score (after the weights change)."""
+        self._cache.clear()
+
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[float, int]]:
         """(sum of answer-token logprobs, number of answer tokens) for each (prompt, answer)."""
         todo = list(dict.fromkeys(p for p in pairs if p not in self._cache))

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sleuth.agents.trajectory import Trajectory, Turn
+from sleuth.agents.trajectory import ReadEvent, Trajectory, Turn
 from sleuth.rewards import estimators, make_estimator
 from sleuth.rewards.group import group_advantages
 
@@ -20,7 +20,7 @@ def traj(task: str, reward: float, tokens=(2, 3)) -> Trajectory:
 def test_grpo_by_hand():
     # rewards 1, 0, 0, 1 → mean 0.5, sample std √(4·0.25/3) = 0.57735 → ±0.86603
     trajs = [traj("a", r) for r in (1, 0, 0, 1)] + [traj("b", r) for r in (0.2, 0.8)]
-    adv = make_estimator("grpo")(trajs)
+    adv = make_estimator("grpo")(trajs, {}).values
     assert [a[0] for a in adv[:4]] == pytest.approx([0.86603, -0.86603, -0.86603, 0.86603], abs=1e-4)
     # 0.2, 0.8 → mean 0.5, sample std 0.42426 → ∓0.70711 = ∓(G−1)/√G, the bound reached
     assert [a[0] for a in adv[4:]] == pytest.approx([-0.70711, 0.70711], abs=1e-4)
@@ -29,15 +29,15 @@ def test_grpo_by_hand():
 
 def test_dr_grpo_and_rloo_by_hand():
     trajs = [traj("a", r) for r in (1.0, 0.0, 0.0)]
-    dr = [a[0] for a in make_estimator("dr_grpo")(trajs)]
+    dr = [a[0] for a in make_estimator("dr_grpo")(trajs, {}).values]
     assert dr == pytest.approx([2 / 3, -1 / 3, -1 / 3])
-    rloo = [a[0] for a in make_estimator("rloo")(trajs)]
+    rloo = [a[0] for a in make_estimator("rloo")(trajs, {}).values]
     # r_i − mean of the others: 1 − 0, 0 − 0.5, 0 − 0.5
     assert rloo == pytest.approx([1.0, -0.5, -0.5])
 
 
 def test_zero_variance_group_gets_zero_advantage():
-    adv = make_estimator("grpo")([traj("a", 0.3)] * 4)
+    adv = make_estimator("grpo")([traj("a", 0.3)] * 4, {}).values
     assert all(np.all(a == 0) for a in adv)
 
 
@@ -68,14 +68,16 @@ def test_gigpo_by_hand():
     a = _obs_traj("t", ["A", ""], 1.0)
     b = _obs_traj("t", ["A", ""], 0.0)
     c = _obs_traj("t", ["B", ""], 0.0)
-    adv = GiGPO(omega=0.5, gamma=0.5, eps=0.0)([a, b, c])
+    adv = GiGPO(omega=0.5, gamma=0.5, eps=0.0)([a, b, c], {}).values
     # episode: grpo of (1, 0, 0): mean 1/3, sample std 0.57735 → 1.1547, −0.57735, −0.57735
     ep = [1.1547, -0.57735, -0.57735]
     # step returns (γ = 0.5, outcome on the last turn): turn 0 → (0.5, 0, 0), turn 1 → (1, 0, 0)
-    # anchor () holds every turn 0: (0.5, 0, 0) → population z (1.41421, −0.70711, −0.70711)
-    # anchor ("A",) holds a's and b's turn 1: (1, 0) → (1, −1); c's turn 1 (anchor ("B",)) is alone → 0
-    expect = [[ep[0] + 0.5 * 1.41421, ep[0] + 0.5 * 1.0], [ep[1] - 0.5 * 0.70711, ep[1] - 0.5 * 1.0],
-              [ep[2] - 0.5 * 0.70711, ep[2]]]
+    # both levels use the sample (n−1) std, as verl-agent does:
+    # anchor () holds every turn 0: (0.5, 0, 0) → mean 1/6, sample std 0.28868 → z (1.1547, −0.57735, −0.57735)
+    # anchor ("A",) holds a's and b's turn 1: (1, 0) → sample std 0.70711 → (0.70711, −0.70711); c's turn 1
+    # (anchor ("B",)) is alone → 0
+    expect = [[ep[0] + 0.5 * 1.1547, ep[0] + 0.5 * 0.70711], [ep[1] - 0.5 * 0.57735, ep[1] - 0.5 * 0.70711],
+              [ep[2] - 0.5 * 0.57735, ep[2]]]
     for got, want in zip(adv, expect, strict=True):
         assert got.tolist() == pytest.approx(np.repeat(want, 2).tolist(), abs=1e-4)
 
@@ -89,12 +91,25 @@ def _qa_task():
 def _read_traj(reads, reward):
     """reads: (doc, title, observation) per read round, then a final answer round."""
     turns = [Turn([1, 2], [0.0, 0.0], f"read {d}", observation=obs, observation_ids=[9],
-                  info={"read": {"doc": d, "title": title, "reread": False}}) for d, title, obs in reads]
+                  read=ReadEvent(d, title)) for d, title, obs in reads]
     turns.append(Turn([1, 2], [0.0, 0.0], "answer: x"))
     return Trajectory("q", "DocRead-v0", [1], turns=turns, reward=reward, group="q")
 
 
-@pytest.mark.parametrize("gamma, weights", [(10.0, [1.0, 0.0]), (1.0, [math.e / (math.e + 1), 1 / (math.e + 1)])])
+def test_cw_grpo_temperature_sharpens_as_gamma_grows():
+    from sleuth.rewards.contribution import normalise
+
+    # softmax(γ·c): γ = 5, c = (1, 0, 0) → (1, e^−5, e^−5) / (1 + 2e^−5)
+    z = 1 + 2 * math.exp(-5)
+    assert normalise([1, 0, 0], 5.0).tolist() == pytest.approx([1 / z, math.exp(-5) / z, math.exp(-5) / z])
+    assert normalise([1, 0, 0], 5.0)[0] == pytest.approx(0.99, abs=0.005)
+    sharp = [normalise([1, 0, 0], g)[0] for g in (0.5, 1.0, 2.0, 5.0, 9.9, 10.0)]
+    assert sharp == sorted(sharp) and sharp[-1] == 1.0  # monotone up to the hard limit at γ = 10
+    assert normalise([0, 0], 10.0).tolist() == [0.5, 0.5]  # Σc = 0 at γ ≥ 10: uniform (documented)
+
+
+@pytest.mark.parametrize("gamma, weights", [(10.0, [1.0, 0.0]), (1.0, [math.e / (math.e + 1), 1 / (math.e + 1)]),
+                                            (5.0, [1 / (1 + math.exp(-5)), math.exp(-5) / (1 + math.exp(-5))])])
 def test_cw_grpo_by_hand(gamma, weights):
     from sleuth.rewards.contribution import CWGRPO
 
@@ -102,7 +117,7 @@ def test_cw_grpo_by_hand(gamma, weights):
     b = _read_traj([(1, "Other", "nothing"), (0, "Gold", "Ann was born...")], 0.0)
     c = _read_traj([(2, "Other2", "x"), (3, "Other3", "y")], 0.0)
     est = CWGRPO(gamma=gamma)
-    adv = est([a, b, c], {"q": _qa_task()})
+    adv = est([a, b, c], {"q": _qa_task()}).values
     A = 1.1547  # grpo of (1, 0, 0)
     want = [A * 2 * weights[0], A * 2 * weights[1], A]
     assert adv[0].tolist() == pytest.approx(np.repeat(want, 2).tolist(), abs=1e-4)
@@ -117,30 +132,43 @@ def test_cw_grpo_without_any_contribution_is_plain_grpo():
 
     a = _read_traj([(2, "Other2", "x")], 1.0)
     b = _read_traj([(3, "Other3", "y")], 0.0)
-    adv = CWGRPO()([a, b], {"q": _qa_task()})
+    adv = CWGRPO()([a, b], {"q": _qa_task()}).values
     assert adv[0].tolist() == pytest.approx([0.70711] * 4, abs=1e-4)
 
 
 def test_cw_grpo_adv_by_hand():
+    """A group whose reads differ: φ is normalised within the group, amplifies the success that read well
+    and softens the penalty of the failure that still read something useful."""
     from sleuth.rewards.contribution import CWGRPOAdv
+    from sleuth.rewards.info_gain import InfoGain
 
-    est = CWGRPOAdv.__new__(CWGRPOAdv)
-    est.lo, est.hi = 0.5, 2.0
-    a = _read_traj([(0, "Gold", "A"), (1, "Other", "B")], 1.0)
-    b = _read_traj([(2, "Other2", "C")], 0.0)
-    steps = [[0.9, 0.1, 0.0], [0.2, 0.0]]  # read-turn gains 0.9, 0.1, 0.2 → baseline 0.4
-    phi = est.contributions([a, b], steps)
-    # a: s = (0.5, −0.3) → φ = ½ · 0.5 = 0.25; b: s = (−0.2) → φ = 0
-    assert phi.tolist() == pytest.approx([0.25, 0.0])
+    a = _read_traj([(0, "Gold", "A"), (1, "Other", "B")], 1.0)  # success
+    b = _read_traj([(2, "Gold2", "C")], 0.0)  # failure that read a useful document
+    c = _read_traj([(3, "Other3", "D")], 0.0)  # failure that read nothing useful
+    steps = [[0.9, 0.1, 0.0], [0.6, 0.0], [0.0, 0.0]]  # read-turn gains 0.9, 0.1, 0.6, 0 → baseline 0.4
 
-    class Fixed:
+    class Fixed(InfoGain):
+        def __init__(self):
+            self.variant = "gold_prob"
+
         def step_rewards(self, trajs, tasks):
             return steps
 
+    est = CWGRPOAdv(phi_clip=(0.5, 2.0))
     est.step_source = Fixed()
-    adv = est([a, b], {"q": _qa_task()})
-    # φ clipped to [0.5, 2]: 0.5 · (1 − 0.5) and 0.5 · (0 − 0.5)
-    assert adv[0][0] == pytest.approx(0.25) and adv[1][0] == pytest.approx(-0.25)
+    # raw φ: a: s = (0.5, −0.3) → ½ · 0.5 = 0.25; b: s = (0.2) → 1 · 0.2 = 0.2; c: s = (−0.4) → 0
+    phi = est.contributions([a, b, c], steps)
+    assert phi.tolist() == pytest.approx([0.25, 0.2, 0.0])
+    # group mean 0.15 → φ̃ = (1.6667, 1.3333, 0), clipped to [0.5, 2] → (1.6667, 1.3333, 0.5)
+    assert est.weights([a, b, c], phi).tolist() == pytest.approx([5 / 3, 4 / 3, 0.5])
+    out = est([a, b, c], {"q": _qa_task()})
+    # c_i = R − mean = (2/3, −1/3, −1/3): success ×φ̃, failures ÷φ̃
+    want = [2 / 3 * 5 / 3, -1 / 3 / (4 / 3), -1 / 3 / 0.5]
+    assert [v[0] for v in out.values] == pytest.approx(want)
+    assert out.metrics["cw_grpo_adv/phi"] == pytest.approx([5 / 3, 4 / 3, 0.5])
+    # the same group without any contribution: φ̃ = 1, plain Dr.GRPO
+    steps[:] = [[0.0, 0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]
+    assert [v[0] for v in est([a, b, c], {"q": _qa_task()}).values] == pytest.approx([2 / 3, -1 / 3, -1 / 3])
 
 
 def test_llm_judge_parses_and_runs_with_smollm2():

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from sleuth.agents.trajectory import Trajectory, Turn
+from sleuth.agents.trajectory import ReadEvent, Trajectory, Turn
 from sleuth.rewards.info_gain import InfoGain, read_documents
 from sleuth.tasks.base import Task
 
@@ -27,8 +27,8 @@ class TableReader:
 
 
 def turn(read=None, obs="", ids=2):
-    info = {"read": read} if read else {}
-    return Turn(list(range(ids)), [0.0] * ids, "a", observation=obs, observation_ids=[7] if read else [], info=info)
+    return Turn(list(range(ids)), [0.0] * ids, "a", observation=obs, observation_ids=[7] if read else [],
+                read=ReadEvent(**read) if read else None)
 
 
 def traj(task_id, reads, reward):
@@ -50,14 +50,17 @@ def test_gold_logprob_gains_and_advantages_by_hand():
     # non-final turns of the group: gains 2, −0.5, 0.5, 0 → mean 0.5, population std 0.93541
     mean, std = 0.5, 0.935414
     z = lambda g: (g - mean) / (std + 1e-6)  # noqa: E731
-    adv = est([a, b], {"q": TASK})
+    out = est([a, b], {"q": TASK})
+    adv = out.values
     # outcome (dr_grpo): +0.5 / −0.5; returns with γ = 0.5 over turns; the final turn carries no step term
     a_turns = [0.5 + z(2.0) + 0.5 * z(-0.5), 0.5 + z(-0.5), 0.5]
     b_turns = [-0.5 + z(0.5) + 0.5 * z(0.0), -0.5 + z(0.0), -0.5]
     assert z(2.0) == pytest.approx(1.60357, abs=1e-4) and z(0.0) == pytest.approx(-0.53452, abs=1e-4)
     assert adv[0].tolist() == pytest.approx(np.repeat(a_turns, 2).tolist(), abs=1e-5)
     assert adv[1].tolist() == pytest.approx(np.repeat(b_turns, 2).tolist(), abs=1e-5)
-    assert a.turns[0].info["step_rewards"]["info_gain/gold_logprob"] == 2.0
+    # the step rewards of the read turns come back as the estimator's metrics; the trajectories are untouched
+    assert out.metrics == {"step/info_gain/gold_logprob": [2.0, -0.5, 0.5, 0.0]}
+    assert all(not t.info for t in a.turns + b.turns)
 
 
 def test_gold_prob_entropy_and_kl_by_hand():
@@ -74,6 +77,24 @@ def test_failed_and_repeated_reads_are_not_new_documents():
     t = traj("q", [(3, False), (1, False), (1, True)], reward=0.0)
     t.turns[0].error = "tool failed"  # a failed turn adds no document and earns nothing
     assert read_documents(t) == [(1, "D1"), (2, None)]
+
+
+def test_a_read_the_policy_never_saw_gains_nothing(hotpot_tasks):
+    """The budget ends the episode on a read: the agent loop marks it not shown, and its gain is 0 (it was
+    once scored as a new, empty document)."""
+    import sleuth
+    from sleuth.agents.loop import run_episodes
+    from sleuth.agents.policies import load_policy
+
+    task = hotpot_tasks[0]
+    make = lambda: sleuth.make("DocRead-v0", harness="text", max_reads=1)  # noqa: E731
+    [t] = list(run_episodes(make, [task], load_policy("oracle")))  # two gold reads for a budget of one
+    last = t.turns[-1]
+    assert t.stop_reason == "budget" and last.read is not None and last.read.shown is False
+    assert t.turns[0].read.shown is True
+    reader = TableReader({"": -3.0, t.turns[0].observation: -2.0, f"{t.turns[0].observation}|": -1.0})
+    steps = InfoGain("gold_logprob", reader=reader).step_rewards([t], {task.id: task})
+    assert steps[0][-1] == 0.0 and steps[0][0] == pytest.approx(1.0)
 
 
 @pytest.fixture(scope="module")

@@ -49,7 +49,7 @@ def test_oracle_seeded_group_raises_the_correct_trajectory(tiny_model_dir, hotpo
     oracle.tokenizer = firstk.tokenizer = tok
     group = list(run_episodes(make, [task], oracle)) + list(run_episodes(make, [task] * 3, firstk))
     assert [t.reward for t in group] == [1.0, 0.0, 0.0, 0.0]
-    adv = make_estimator("grpo")(group)
+    adv = make_estimator("grpo")(group, {}).values
     assert adv[0][0] == pytest.approx(1.5, abs=1e-4)  # (1 − 0.25) / sample std 0.5
 
     engine = build_engine(AutoModelForCausalLM.from_pretrained(tiny_model_dir), EngineConfig(zero_stage=2, lr=1e-3))

@@ -1,11 +1,11 @@
 import pytest
 
-from sleuth.agents.trajectory import Trajectory, Turn
+from sleuth.agents.trajectory import ReadEvent, Trajectory, Turn
 
 
 def make_traj():
     t1 = Turn([5, 6, 2], [-0.1, -0.2, -0.3], "a", observation_ids=[7, 8], observation="o",
-              tool_call={"name": "read", "arguments": {"doc": 1}}, info={"read": {"gold": True}})
+              tool_call={"name": "read", "arguments": {"doc": 1}}, read=ReadEvent(1, "T", gold=True))
     t2 = Turn([9, 2], [-0.5, -0.6], "b", reward=1.0, policy_version=3)
     return Trajectory("task", "sleuth/DocRead-v0", [1, 2, 3], [t1, t2], reward=1.0,
                       verdict={"score": 1.0, "details": {}}, terminated=True, stop_reason="final")
@@ -27,3 +27,16 @@ def test_jsonl_round_trip_is_exact():
 def test_logprob_count_must_match_ids():
     with pytest.raises(ValueError, match="logprobs"):
         Turn([1, 2], [0.0], "x")
+
+
+def test_read_event_is_typed_and_old_files_still_load():
+    t = make_traj()
+    back = Trajectory.from_json(t.to_json())
+    assert isinstance(back.turns[0].read, ReadEvent) and back.turns[0].read.gold is True
+    legacy = t.to_dict()
+    legacy["turns"][0]["info"] = {"read": {"turn": 1, "doc": 4, "title": "X", "gold": False, "reread": False}}
+    del legacy["turns"][0]["read"]
+    old = Trajectory.from_dict(legacy)
+    assert old.turns[0].read == ReadEvent(4, "X", gold=False, turn=1) and "read" not in old.turns[0].info
+    with pytest.raises(ValueError, match="needs a 'doc'"):
+        ReadEvent.from_info({"title": "no doc"})

@@ -22,17 +22,29 @@ class Batch:
     advantages: torch.Tensor  # (B, L) float, or (B, L, K) granularities to be mixed
     sampling_logprobs: torch.Tensor  # (B, L) float: the rollout engine's, 0 off the mask
     index: list[int]  # which trajectory each row holds
+    old_logprobs: torch.Tensor | None = None  # (B, L) π_old of the ratio; None: the sampling logprobs
+
+    def __post_init__(self) -> None:
+        if self.old_logprobs is None:
+            self.old_logprobs = self.sampling_logprobs
 
     def __len__(self) -> int:
         return len(self.index)
 
     def to(self, device: torch.device | str) -> Batch:
         return Batch(self.input_ids.to(device), self.attention_mask.to(device), self.loss_mask.to(device),
-                     self.advantages.to(device), self.sampling_logprobs.to(device), self.index)
+                     self.advantages.to(device), self.sampling_logprobs.to(device), self.index,
+                     self.old_logprobs.to(device))
+
+    def with_loss_mask(self, mask: torch.Tensor) -> Batch:
+        return Batch(self.input_ids, self.attention_mask, mask, self.advantages, self.sampling_logprobs,
+                     self.index, self.old_logprobs)
 
 
 def build_batch(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray], pad_id: int,
-                index: Sequence[int] | None = None) -> Batch:
+                index: Sequence[int] | None = None, old_logprobs: Sequence[torch.Tensor] | None = None) -> Batch:
+    """Right-padded tensors of `trajs`; `old_logprobs` (one tensor per trajectory, aligned with its token
+    ids) are π_old of the ratio, the sampling logprobs when not given."""
     index = list(index) if index is not None else list(range(len(trajs)))
     width = max((len(t.token_ids()) for t in trajs), default=1)
     n = len(trajs)
@@ -43,6 +55,7 @@ def build_batch(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray], p
     mask = torch.zeros((n, width), dtype=torch.float32)
     adv = torch.zeros((n, width, *extra), dtype=torch.float32)
     slp = torch.zeros((n, width), dtype=torch.float32)
+    old = torch.zeros((n, width), dtype=torch.float32) if old_logprobs is not None else None
     for row, (t, a) in enumerate(zip(trajs, advantages, strict=True)):
         tok = t.token_ids()
         m = torch.tensor(t.loss_mask(), dtype=torch.float32)
@@ -55,11 +68,13 @@ def build_batch(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray], p
         full_adv[m.bool()] = torch.as_tensor(a, dtype=torch.float32)
         adv[row, :len(tok)] = full_adv
         slp[row, :len(tok)] = torch.tensor(t.sampling_logprobs(), dtype=torch.float32)
-    return Batch(ids, attn, mask, adv, slp, index)
+        if old is not None:
+            old[row, :len(tok)] = old_logprobs[row]
+    return Batch(ids, attn, mask, adv, slp, index, old)
 
 
 def micro_batches(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray], pad_id: int,
-                  max_tokens: int) -> list[Batch]:
+                  max_tokens: int, old_logprobs: Sequence[torch.Tensor] | None = None) -> list[Batch]:
     """Pack trajectories (longest first, so padding stays small) into micro-batches of at most
     `max_tokens` padded tokens each; a longer single trajectory gets a micro-batch of its own."""
     order = sorted(range(len(trajs)), key=lambda i: -len(trajs[i].token_ids()))
@@ -69,4 +84,5 @@ def micro_batches(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray],
             out[-1].append(i)
         else:
             out.append([i])
-    return [build_batch([trajs[i] for i in idx], [advantages[i] for i in idx], pad_id, idx) for idx in out]
+    return [build_batch([trajs[i] for i in idx], [advantages[i] for i in idx], pad_id, idx,
+                        [old_logprobs[i] for i in idx] if old_logprobs is not None else None) for idx in out]

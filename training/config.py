@@ -23,6 +23,9 @@ class ConfigError(ValueError):
     pass
 
 
+OLD_LOGPROBS = ("recompute", "rollout")
+
+
 @dataclass
 class RolloutConfig:
     engine: str = "transformers"  # transformers (in process) | vllm (an OpenAI-compatible vLLM server)
@@ -56,8 +59,23 @@ class AlgorithmConfig:
 @dataclass
 class UpdateConfig:
     micro_batch_tokens: int = 4096  # padded tokens per forward/backward
+    # PPO's inner loop (verl's ppo_epochs / ppo_mini_batch_size): the step's trajectories are split into
+    # `mini_batches` parts, one optimizer step each, and the pass is repeated `epochs` times.
+    epochs: int = 1
+    mini_batches: int = 1
+    # π_old of the ratio: recompute (a no-grad forward of the pre-update policy, once per rollout batch) or
+    # rollout (the engine's sampling logprobs: the ratio then also carries the engine–trainer mismatch)
+    old_logprobs: str = "recompute"
     sync_tolerance: float = 1e-3  # max |Δ logit| between trainer and the transformers engine after a sync
     sync_tolerance_vllm: float = 0.02  # max |Δ logprob| (top-5 of a probe) for vLLM: other kernels, same weights
+
+    def __post_init__(self) -> None:
+        if self.old_logprobs not in OLD_LOGPROBS:
+            raise ValueError(f"update.old_logprobs must be one of {', '.join(OLD_LOGPROBS)}; got {self.old_logprobs!r}")
+        if self.epochs < 1 or self.mini_batches < 1:
+            raise ValueError(f"update.epochs and update.mini_batches must be ≥ 1, got {self.epochs}, {self.mini_batches}")
+        if self.micro_batch_tokens < 1:
+            raise ValueError(f"update.micro_batch_tokens must be ≥ 1, got {self.micro_batch_tokens}")
 
 
 @dataclass
@@ -92,6 +110,12 @@ class TrainConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     tensorboard: bool = True
+
+    def __post_init__(self) -> None:
+        if self.loss.rollout_is != "none" and self.update.old_logprobs == "rollout":
+            raise ValueError("loss.rollout_is corrects π_old (the recomputed trainer policy) towards π_rollout; with "
+                             "update.old_logprobs: rollout they are the same policy: set old_logprobs: recompute "
+                             "or rollout_is: none")
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:

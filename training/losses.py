@@ -2,13 +2,18 @@
 
 All per-token tensors are (batch, length) and aligned with the input ids: position t holds the value for
 predicting id t (position 0 is never a policy token). The mask is the trajectory's loss mask (policy
-tokens only), never the attention mask. Losses return a *numerator*; the trainer divides by a
-denominator counted over the whole update batch (every micro-batch, every rank), so gradient
-accumulation and data parallelism give the same gradient as one big batch.
+tokens only), never the attention mask. Losses return *numerators*; the trainer divides by a
+denominator counted over the whole optimizer step's mini-batch (every micro-batch, every rank), so
+gradient accumulation and data parallelism give the same gradient as one big batch.
+
+Three policies appear: π_θ (being optimised; `logp`), π_old (the policy the ratio is taken against:
+the pre-update trainer policy, recomputed, or the rollout engine's; `old_logp`) and π_rollout (the engine
+that sampled the tokens; its logprobs correct the rollout–training mismatch through `importance_weights`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +23,8 @@ LOG_RATIO_CLAMP = 20.0  # |log ratio| is clamped before exp: e^20 ≈ 5e8 is alr
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 POLICY_LOSSES = ("ppo", "gspo", "cispo")
 KL_ESTIMATORS = ("k1", "k2", "k3")
+ROLLOUT_IS = ("none", "tis", "mis")
+ROLLOUT_IS_LEVELS = ("token", "sequence", "geometric")
 
 
 @dataclass
@@ -28,21 +35,31 @@ class LossConfig:
     eps_high: float = 0.28  # DAPO's clip-higher default
     dual_clip: float | None = None  # c > 1: caps the loss of negative-advantage tokens at c·|A| (Ye et al. 2020)
     kl_coef: float = 0.0  # > 0 loads a frozen reference model
-    kl_estimator: str = "k3"
+    kl_estimator: str = "k3"  # every estimator optimises KL(π_θ ‖ π_ref); see `kl_loss`
     entropy_coef: float = 0.0
     aggregation: str = "token_mean"
     norm_length: int = 1024  # the constant of `seq_mean_token_sum_norm` (Dr.GRPO): a max response length
+    # Rollout–training mismatch correction (needs update.old_logprobs: recompute): none | tis | mis
+    rollout_is: str = "none"
+    rollout_is_level: str = "token"  # token | sequence (product of token ratios) | geometric (their mean in log)
+    rollout_is_cap: float = 2.0  # C ≥ 1: TIS truncates the weight at C; MIS keeps ratios in [1/C, C]
 
     def __post_init__(self) -> None:
         _choice("loss.policy_loss", self.policy_loss, POLICY_LOSSES)
         _choice("loss.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         _choice("loss.aggregation", self.aggregation, AGGREGATIONS)
+        _choice("loss.rollout_is", self.rollout_is, ROLLOUT_IS)
+        _choice("loss.rollout_is_level", self.rollout_is_level, ROLLOUT_IS_LEVELS)
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
             raise ValueError(f"loss.eps_low must be in [0, 1) and eps_high ≥ 0, got {self.eps_low}, {self.eps_high}")
         if self.dual_clip is not None and self.dual_clip <= 1:
             raise ValueError(f"loss.dual_clip must be > 1, got {self.dual_clip}")
         if self.norm_length <= 0:
             raise ValueError("loss.norm_length must be positive")
+        if not (self.kl_coef >= 0 and self.entropy_coef >= 0):
+            raise ValueError(f"loss.kl_coef and loss.entropy_coef must be ≥ 0, got {self.kl_coef}, {self.entropy_coef}")
+        if not self.rollout_is_cap >= 1:  # also refuses NaN
+            raise ValueError(f"loss.rollout_is_cap must be ≥ 1 (inf allowed), got {self.rollout_is_cap}")
 
 
 def _choice(key: str, value: str, options: tuple[str, ...]) -> None:
@@ -68,7 +85,8 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, mask: torch.Te
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
-    """Per-token KL(π ‖ π_ref) estimates from samples of π (Schulman, "Approximating KL divergence", 2020)."""
+    """Per-token *values* of Schulman's estimators of KL(π ‖ π_ref) from samples of π ("Approximating KL
+    divergence", 2020), for metrics: k1 = −log r, k2 = ½(log r)², k3 = r − 1 − log r, r = π_ref/π."""
     log_r = (ref_logp - logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     if estimator == "k1":
         return -log_r
@@ -76,6 +94,31 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> to
         return 0.5 * log_r**2
     if estimator == "k3":
         return torch.expm1(log_r) - log_r
+    raise ValueError(f"unknown KL estimator {estimator!r}")
+
+
+def kl_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor | None:
+    """A per-token loss whose gradient, in expectation over tokens sampled from π_old, is ∇_θ KL(π_θ ‖ π_ref)
+    at each visited position (the per-position KL that GRPO-style trainers regularise, not the sequence KL,
+    whose gradient would also need the sum over future tokens). Following the analysis of Tang & Munos 2025
+    ("On a few pitfalls in KL divergence gradient estimation for RL") and Liu et al. 2025 ("On the design of
+    KL-regularized policy gradient algorithms for LLM reasoning"), with ρ = π_θ/π_old:
+
+    - `k2`: sg(ρ)·½(log π_θ − log π_ref)²: ∇ = sg(ρ)(log π_θ − log π_ref)∇log π_θ, the score-function form;
+    - `k3`: ρ·k3 with ρ carrying the gradient: ∇E_{π_old}[ρ·k3] = ∇E_{π_θ}[k3] = ∇KL(π_θ ‖ π_ref). (k3 alone
+      as a loss, as in DeepSeekMath, TRL and verl's `low_var_kl`, has the gradient of KL(π_ref ‖ π_θ).)
+    - `k1`: None: k1 is no loss term (its pathwise gradient ∇log π has zero mean on policy). It enters as a
+      reward penalty instead, A ← A − β·(log π_old − log π_ref) per token (`policy_loss`), which gives the
+      same score-function gradient through the surrogate.
+    """
+    if estimator == "k1":
+        return None
+    if estimator == "k2":
+        ratio = torch.exp((logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).detach()
+        return ratio * 0.5 * (logp - ref_logp) ** 2
+    if estimator == "k3":
+        ratio = torch.exp((logp - old_logp.detach()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+        return ratio * kl_penalty(logp, ref_logp, "k3")
     raise ValueError(f"unknown KL estimator {estimator!r}")
 
 
@@ -99,41 +142,104 @@ def denominator(mask: torch.Tensor, mode: str) -> float:
     return float((mask.sum(-1) > 0).sum())
 
 
+@dataclass
+class ImportanceWeights:
+    weight: torch.Tensor  # (B, L) detached per-token weight of the policy-gradient term (1 where uncorrected)
+    keep: torch.Tensor  # (B, L) 1 where the token stays in the loss (MIS drops the rest, denominators too)
+    ratio: torch.Tensor  # (n,) the raw π_old/π_rollout ratio at the chosen level, one per masked token
+
+
+def importance_weights(old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, mode: str,
+                       level: str, cap: float) -> ImportanceWeights:
+    """Rollout–training mismatch correction: the tokens were sampled by π_rollout, the loss is taken
+    against π_old. `tis` (truncated IS; Yao et al. 2025, "Your efficient RL framework secretly brings you
+    off-policy RL training") weights each token by min(π_old/π_rollout, C); `mis` (masked IS; Liu, Li et al.
+    2025, "When speed kills stability") keeps the true ratio where it lies in [1/C, C] and drops the token
+    (or the whole sequence, at sequence levels) elsewhere. `sequence` uses the product of the sequence's
+    token ratios, `geometric` their geometric mean."""
+    log_w = ((old_logp - rollout_logp) * mask).detach()
+    if level != "token":
+        seq = log_w.sum(-1)
+        if level == "geometric":
+            seq = seq / mask.sum(-1).clamp(min=1)
+        log_w = seq.unsqueeze(-1).expand_as(mask)
+    w = torch.exp(log_w.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    m = mask.bool()
+    keep = torch.ones_like(mask)
+    if mode == "tis":
+        weight = w.clamp(max=cap) if math.isfinite(cap) else w
+    elif mode == "mis":
+        inside = (w >= 1.0 / cap) & (w <= cap)
+        keep = inside.to(mask.dtype)
+        weight = torch.where(inside, w, torch.zeros_like(w))
+    elif mode == "none":
+        weight = torch.ones_like(w)
+    else:
+        raise ValueError(f"unknown rollout IS mode {mode!r}")
+    return ImportanceWeights(weight * mask, keep, w[m])
+
+
+@dataclass
+class LossTerms:
+    """Loss numerators of one micro-batch, kept apart so each is logged on its own."""
+    policy: torch.Tensor
+    kl: torch.Tensor
+    entropy: torch.Tensor  # already carries −entropy_coef
+
+    @property
+    def total(self) -> torch.Tensor:
+        return self.policy + self.kl + self.entropy
+
+
 def policy_loss(cfg: LossConfig, logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
-                mask: torch.Tensor, ref_logp: torch.Tensor | None = None, entropy: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """(loss numerator, per-token statistics for metrics). `adv` is per token (0 off the mask)."""
+                mask: torch.Tensor, ref_logp: torch.Tensor | None = None, entropy: torch.Tensor | None = None,
+                is_weight: torch.Tensor | None = None) -> tuple[LossTerms, dict[str, Any]]:
+    """(loss numerators, per-token statistics for metrics). `adv` is per token (0 off the mask); `is_weight`
+    (detached, from `importance_weights`) multiplies the policy-gradient term only, as verl does."""
     log_ratio = (logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     lo, hi = 1.0 - cfg.eps_low, 1.0 + cfg.eps_high
+    use_kl = ref_logp is not None and cfg.kl_coef > 0
+    kl_value = kl_penalty(logp, ref_logp, cfg.kl_estimator).detach() if use_kl else None
+    if use_kl and cfg.kl_estimator == "k1":  # KL as a per-token reward penalty, fixed at π_old
+        adv = adv - cfg.kl_coef * (old_logp - ref_logp).detach() * mask
     if cfg.policy_loss == "gspo":
         # Zheng et al. 2025: the ratio is the geometric mean of the sequence's token ratios; the token form
         # sg[s]·π/sg[π] has the sequence ratio's value and gradient while keeping per-token aggregation.
         seq = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)
         log_ratio = seq.detach().unsqueeze(-1) + logp - logp.detach()
     ratio = torch.exp(log_ratio)
+    r = ratio.detach()
     if cfg.policy_loss == "cispo":
         # MiniMax-M1 2025: REINFORCE weighted by the clipped, stop-gradient importance ratio.
-        per_tok = -ratio.clamp(lo, hi).detach() * adv * logp
+        per_tok = -r.clamp(lo, hi) * adv * logp
+        clip_low, clip_high = r < lo, r > hi  # the weight is clipped on either side whatever the sign of A
+        clip_dual = torch.zeros_like(r, dtype=torch.bool)
     else:
         per_tok = torch.maximum(-adv * ratio, -adv * ratio.clamp(lo, hi))
+        clip_low, clip_high = (r < lo) & (adv < 0), (r > hi) & (adv > 0)  # where the clip stops the gradient
+        clip_dual = torch.zeros_like(r, dtype=torch.bool)
         if cfg.dual_clip is not None:
+            clip_dual = (adv < 0) & (r > cfg.dual_clip)
             per_tok = torch.where(adv < 0, torch.minimum(per_tok, -adv * cfg.dual_clip), per_tok)
-    if ref_logp is not None and cfg.kl_coef > 0:
-        kl = kl_penalty(logp, ref_logp, cfg.kl_estimator)
-        per_tok = per_tok + cfg.kl_coef * kl
-    else:
-        kl = None
+    if is_weight is not None:
+        per_tok = per_tok * is_weight
+    zero = logp.new_zeros(())
+    kl_num = zero
+    if use_kl:
+        kl_tok = kl_loss(logp, old_logp, ref_logp, cfg.kl_estimator)
+        if kl_tok is not None:
+            kl_num = cfg.kl_coef * aggregate(kl_tok, mask, cfg.aggregation, cfg.norm_length)
+    ent_num = zero
     if entropy is not None and cfg.entropy_coef > 0:
-        per_tok = per_tok - cfg.entropy_coef * entropy
-    loss = aggregate(per_tok, mask, cfg.aggregation, cfg.norm_length)
+        ent_num = -cfg.entropy_coef * aggregate(entropy, mask, cfg.aggregation, cfg.norm_length)
+    terms = LossTerms(aggregate(per_tok, mask, cfg.aggregation, cfg.norm_length), kl_num, ent_num)
     m = mask.bool()
-    r = ratio.detach()[m]
-    a = adv[m]
     stats = {
-        "ratio": r,
-        "clip_low": ((r < lo) & (a < 0)).float(),
-        "clip_high": ((r > hi) & (a > 0)).float(),
-        "kl": kl.detach()[m] if kl is not None else None,
+        "ratio": r[m],
+        "clip_low": clip_low[m].float(),
+        "clip_high": clip_high[m].float(),
+        "clip_dual": clip_dual[m].float(),
+        "kl": kl_value[m] if kl_value is not None else None,
         "entropy": entropy.detach()[m] if entropy is not None else None,
     }
-    return loss, stats
+    return terms, stats

@@ -1,11 +1,21 @@
 """The trainer side of GEAR's learned mixing (`gear_mix`): a small head over the policy's hidden state that
 mixes K advantage granularities per token, and an EMA teacher for self-distillation.
 
-Per policy token: w = softmax(W·h) (h: the last hidden state, detached, so the head learns from the loss
-but never moves the policy through h; W starts at zero, so w starts uniform), A = Σ_k w_k·A_k. The head
-has its own AdamW (`mixer_lr`) and an entropy regulariser −λ·H(w) that keeps it from collapsing onto one
-granularity. The teacher is an exponential moving average of the policy (θ_T ← d·θ_T + (1−d)·θ after every
-optimizer step) and adds β·sigmoid(|A|)·KL(π_student ‖ π_teacher) per token."""
+Per policy token: w = softmax(W·h) (h: the last hidden state, detached; W starts at zero, so w starts
+uniform) and A = Σ_k w_k·A_k. The policy loss sees A with the stop-gradient: were A differentiable there,
+the head would be pushed towards argmax_k A_k and the mixed advantage would drift upward whatever the
+granularities say. The head learns only from its own objective, which is the self-distillation term read
+as a function of w:
+
+    policy:  β·sigmoid(|sg A|)·KL(π_student ‖ π_teacher)        (moves the policy, not the head)
+    head:    β·sigmoid(|A|)·sg(KL) − λ·H(w)                       (moves the head, not the policy)
+
+so the head learns to put less credit where the policy has moved furthest from its slow EMA teacher (a
+trust-region-like damping of the update where it is least stable), and the entropy regulariser keeps it
+from collapsing onto one granularity. Both depend on A only through |A|: they have no preferred sign, and
+with zero-mean granularities the mixed advantage stays zero-mean. The head has its own AdamW
+(`mixer_lr`). The teacher is an exponential moving average of the policy (θ_T ← d·θ_T + (1−d)·θ after
+every optimizer step)."""
 
 from __future__ import annotations
 
@@ -15,20 +25,19 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from sleuth.rewards.base import MixingSpec
 from sleuth.training.engine import full_state_dict
 
 
 @dataclass
-class MixingConfig:
-    granularities: int
-    mixer_lr: float = 1e-3
-    entropy_coef: float = 0.01
-    ema_decay: float = 0.99
-    distill_coef: float = 0.1
+class MixTerms:
+    advantage: torch.Tensor  # (B, L) the mixed advantage, detached: what the policy loss uses
+    per_token: torch.Tensor  # (B, L) the policy's distillation term plus the head's objective
+    weights: torch.Tensor  # (B, L, K) the mixing weights
 
 
 class Mixing:
-    def __init__(self, cfg: MixingConfig, module: torch.nn.Module, hidden_size: int):
+    def __init__(self, cfg: MixingSpec, module: torch.nn.Module, hidden_size: int):
         self.cfg = cfg
         dev = next(module.parameters()).device
         self.head = torch.nn.Linear(hidden_size, cfg.granularities, bias=False).to(dev)
@@ -38,27 +47,35 @@ class Mixing:
         self.teacher = copy.deepcopy(base).eval().requires_grad_(False)
         self.teacher.load_state_dict(full_state_dict(module), strict=False)
 
-    def combine(self, hidden: torch.Tensor, adv_k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(mixed advantage (B, L), per-token −λ·H(w) (B, L), weights (B, L, K)) for hidden (B, L, H) and
-        advantages (B, L, K). Position t's weights come from the hidden state that predicts token t."""
-        logits = torch.zeros(adv_k.shape, device=adv_k.device)
+    def weights(self, hidden: torch.Tensor, k: int) -> torch.Tensor:
+        """(B, L, K) weights for hidden (B, L, H): position t's come from the hidden state that predicts token t."""
+        logits = torch.zeros((*hidden.shape[:2], k), device=hidden.device)
         logits[:, 1:] = self.head(hidden[:, :-1].detach().float())
-        w = torch.softmax(logits, -1)
-        entropy = -(w * torch.log(w + 1e-12)).sum(-1)
-        return (w * adv_k).sum(-1), -self.cfg.entropy_coef * entropy, w
+        return torch.softmax(logits, -1)
 
-    def distill(self, student_logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                mask: torch.Tensor, adv: torch.Tensor, temperature: float) -> torch.Tensor:
-        """Per-token β·sigmoid(|A|)·KL(student ‖ teacher) on the masked positions (0 elsewhere)."""
+    def distill_kl(self, student_logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   mask: torch.Tensor, temperature: float) -> torch.Tensor:
+        """Per-token KL(student ‖ teacher) on the masked positions (0 elsewhere), differentiable in the student."""
         with torch.no_grad():
             t_logits = self.teacher(input_ids=input_ids, attention_mask=attention_mask).logits / temperature
         sel = mask[:, 1:].bool()
         s = torch.log_softmax(student_logits[:, :-1][sel].float(), -1)
         t = torch.log_softmax(t_logits[:, :-1][sel].float(), -1)
-        kl = (s.exp() * (s - t)).sum(-1)
         out = torch.zeros(mask.shape, device=student_logits.device)
-        out[:, 1:][sel] = self.cfg.distill_coef * torch.sigmoid(adv[:, 1:][sel].detach().abs()) * kl
+        out[:, 1:][sel] = (s.exp() * (s - t)).sum(-1)
         return out
+
+    def terms(self, hidden: torch.Tensor, adv_k: torch.Tensor, student_logits: torch.Tensor, input_ids: torch.Tensor,
+              attention_mask: torch.Tensor, mask: torch.Tensor, temperature: float) -> MixTerms:
+        """The mixed advantage (for the policy loss) and the per-token terms this component adds to the loss."""
+        w = self.weights(hidden, adv_k.shape[-1])
+        mixed = (w * adv_k).sum(-1)
+        kl = self.distill_kl(student_logits, input_ids, attention_mask, mask, temperature)
+        beta = self.cfg.distill_coef
+        policy = beta * torch.sigmoid(mixed.detach().abs()) * kl
+        entropy = -(w * torch.log(w + 1e-12)).sum(-1)
+        head = beta * torch.sigmoid(mixed.abs()) * kl.detach() - self.cfg.entropy_coef * entropy
+        return MixTerms(mixed.detach(), policy + head, w)
 
     def after_step(self, module: torch.nn.Module) -> None:
         """Step the head (gradients averaged over ranks) and move the teacher towards the policy."""

@@ -4,7 +4,6 @@ weight sync to the rollout engine, verified → metrics, checkpoint."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import time
 import warnings
@@ -50,12 +49,14 @@ class Trainer:
         torch.manual_seed(cfg.seed + self.rank)
         self.estimator = make_estimator(cfg.algorithm.estimator, **cfg.algorithm.estimator_args)
         self.tasks = load_tasks(cfg.tasks, limit=cfg.task_limit)
-        # Estimators ask for what they need by argument name (e.g. `tasks` for the gold answer).
-        wants = inspect.signature(self.estimator).parameters
-        self.estimator_context = {"tasks": {t.id: t for t in self.tasks}} if "tasks" in wants else {}
+        self.tasks_by_id = {t.id: t for t in self.tasks}
         self.sampler = TaskSampler(len(self.tasks), cfg.seed)
         self.model_path = str(resolve_model(cfg.model))
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        try:
+            self.estimator.check_policy(self.tokenizer)
+        except ValueError as e:
+            raise ConfigError(f"algorithm.estimator {cfg.algorithm.estimator!r}: {e}") from None
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         dtype = resolved_dtype(cfg.engine)
         model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype).to(device())
@@ -66,12 +67,15 @@ class Trainer:
             ref = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype).to(device()).eval()
             ref.requires_grad_(False)
         mixing = None
-        if getattr(self.estimator, "mixing", None):  # gear_mix: the trainer mixes its granularities per token
-            from sleuth.training.mixing import Mixing, MixingConfig
+        if self.estimator.mixing is not None:  # gear_mix: the trainer mixes its granularities per token
+            from sleuth.training.mixing import Mixing
 
-            mixing = Mixing(MixingConfig(**self.estimator.mixing), self.engine.module, model.config.hidden_size)
-        self.updater = PolicyUpdater(self.engine, cfg.loss, self.pad_id, cfg.update.micro_batch_tokens, ref,
-                                     temperature=cfg.rollout.temperature, mixing=mixing)
+            mixing = Mixing(self.estimator.mixing, self.engine.module, model.config.hidden_size)
+        up = cfg.update
+        self.updater = PolicyUpdater(self.engine, cfg.loss, self.pad_id, up.micro_batch_tokens, ref,
+                                     temperature=cfg.rollout.temperature, mixing=mixing, epochs=up.epochs,
+                                     mini_batches=up.mini_batches, old_logprobs=up.old_logprobs,
+                                     seed=cfg.seed + self.rank)
         self.probe_ids = ChatRenderer(self.tokenizer).prompt_ids(PROBE)
         self.rollout = make_rollout(cfg, self.model_path, dtype, self.probe_ids)
         self.step, version = 0, 0
@@ -126,13 +130,13 @@ class Trainer:
         kept, seen, zero_var = self.collect(step)
         self._write_rollouts(step, seen)
         t1 = time.perf_counter()
-        advantages = self.estimator(kept, **self.estimator_context)
+        est = self.estimator(kept, self.tasks_by_id)
+        advantages = est.values
         t2 = time.perf_counter()
         upd = self.updater.update(kept, advantages)
         t3 = time.perf_counter()
         sync = self.rollout.sync(self.engine.module)
-        every = getattr(self.estimator, "refresh_every", 0)
-        if every and step % every == 0:  # e.g. the information-gain reader becomes a snapshot of the policy
+        if self.estimator.refresh_due(step):  # e.g. the information-gain reader becomes a snapshot of the policy
             self.estimator.refresh(full_state_dict(self.engine.module))
         t4 = time.perf_counter()
         self.step = step
@@ -140,9 +144,10 @@ class Trainer:
             "rewards": [t.reward for t in seen], "truncated": [float(t.truncated) for t in seen],
             "length_correct": [t.num_policy_tokens for t in seen if t.reward > 0],
             "length_wrong": [t.num_policy_tokens for t in seen if t.reward <= 0],
-            "components": _components(seen),
-            "adv": np.concatenate([np.asarray(a).reshape(len(a), -1).mean(-1) for a in advantages]).tolist()
-            if advantages else [],
+            "components": {**_components(seen), **est.metrics},
+            # per policy token, the advantage the loss used (for gear_mix: the mixed one, from the update)
+            "adv": upd.pop("mixed_adv", None) or (np.concatenate([np.asarray(a).reshape(-1) for a in advantages]).tolist()
+                                                  if advantages else []),
             "groups": len(groups(seen)), "zero_var": dict(zero_var), "gen_tokens": sum(t.num_policy_tokens for t in seen),
             **upd,
         }
@@ -217,16 +222,25 @@ class Trainer:
             row.update(describe(f"reward/{k}", v))
         adv = cat("adv")
         row.update(describe("adv", adv, ("mean", "absmax")))
-        row["loss/policy"] = sum(p.get("loss", 0.0) for p in parts)
+        for k in ("policy", "kl", "entropy", "mix"):  # numerators over the global denominator: summed over ranks
+            row[f"loss/{k}"] = sum(p.get(f"loss/{k}", 0.0) for p in parts)
         row["grad_norm"] = parts[0].get("grad_norm", float("nan"))
+        row["optimizer_steps"] = parts[0].get("optimizer_steps", 0)
         for k, w in enumerate(parts[0].get("mix_weights", [])):  # gear_mix: mean weight per granularity
             row[f"mix/w{k}"] = w
         row.update(describe("kl", cat("kl"), ("mean",)))
         row.update(describe("entropy", cat("entropy"), ("mean",)))
-        clip_low, clip_high = cat("clip_low"), cat("clip_high")
-        row["clip/low"] = float(np.mean(clip_low)) if clip_low else float("nan")
-        row["clip/high"] = float(np.mean(clip_high)) if clip_high else float("nan")
+        for k in ("low", "high", "dual"):
+            v = cat(f"clip_{k}")
+            row[f"clip/{k}"] = float(np.mean(v)) if v else float("nan")
         row.update(describe("ratio", cat("ratio"), ("p50", "p99", "max")))
+        log_ratio = cat("log_ratio")  # verl's ppo_kl: mean of log π_old − log π_θ over the update's tokens
+        row["ppo_kl"] = -float(np.mean(log_ratio)) if log_ratio else float("nan")
+        if self.cfg.loss.rollout_is != "none":
+            row.update(describe("is_weight", cat("is_weight"), ("mean", "max")))
+            for k in ("clipped", "masked"):
+                v = cat(f"is_{k}")
+                row[f"is/{k}"] = float(np.mean(v)) if v else 0.0
         row.update(describe("mismatch", cat("mismatch"), ("mean", "p99", "max")))
         n_groups = sum(p["groups"] for p in parts)
         zv = Counter()
@@ -247,18 +261,13 @@ class Trainer:
 
 
 def _components(trajs: Sequence[Trajectory]) -> dict[str, list[float]]:
-    """Numeric verdict details (em, f1, support recall, ...) per trajectory, and the step rewards estimators
-    left on turns (`step/<name>`, per read turn), for reward-component metrics."""
+    """Numeric verdict details (em, f1, support recall, ...) per trajectory, for reward-component metrics."""
     out: dict[str, list[float]] = {}
     for t in trajs:
         details = (t.verdict or {}).get("details", {}) or {}
         for k, v in details.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 out.setdefault(k, []).append(float(v))
-        for turn in t.turns:
-            if turn.info.get("read"):
-                for k, v in turn.info.get("step_rewards", {}).items():
-                    out.setdefault(f"step/{k}", []).append(float(v))
     return out
 
 

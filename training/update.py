@@ -1,8 +1,14 @@
-"""One policy update: micro-batched forward/backward of the loss over the loss mask, one optimizer step.
+"""One policy update: PPO's inner loop over the rollout batch, with the ratio taken against π_old.
 
-The loss numerators of all micro-batches on all ranks are divided by one global denominator (tokens or
-sequences of the whole update batch), and DeepSpeed averages gradients over ranks, so the gradient is the
-same however the batch is split into micro-batches and processes."""
+The step's trajectories are split into `mini_batches` parts (a seeded permutation per epoch), one optimizer
+step each, repeated for `epochs`: from the second optimizer step on π_θ ≠ π_old and the clip acts. π_old is
+the pre-update trainer policy (`old_logprobs="recompute"`: a no-grad forward once per rollout batch; with a
+single optimizer step and no mismatch correction it is the update forward's own logprobs, the same values
+without the extra forward) or the rollout engine's sampling logprobs (`"rollout"`).
+
+Within an optimizer step, the loss numerators of all micro-batches on all ranks are divided by one global
+denominator (tokens or sequences of the mini-batch on every rank), and DeepSpeed averages gradients over
+ranks, so the gradient is the same however the mini-batch is split into micro-batches and processes."""
 
 from __future__ import annotations
 
@@ -16,71 +22,166 @@ import torch.distributed as dist
 from sleuth.agents.trajectory import Trajectory
 from sleuth.training.batch import Batch, micro_batches
 from sleuth.training.engine import device
-from sleuth.training.losses import LossConfig, aggregate, denominator, policy_loss, token_logprobs
+from sleuth.training.losses import (
+    LossConfig,
+    aggregate,
+    denominator,
+    importance_weights,
+    policy_loss,
+    token_logprobs,
+)
 from sleuth.training.mixing import Mixing
+
+STAT_KEYS = ("ratio", "log_ratio", "clip_low", "clip_high", "clip_dual", "kl", "entropy", "mismatch", "is_weight",
+             "is_clipped", "is_masked", "mixed_adv")
+LOSS_KEYS = ("policy", "kl", "entropy", "mix")
 
 
 class PolicyUpdater:
     def __init__(self, engine: Any, loss: LossConfig, pad_id: int, micro_batch_tokens: int,
-                 ref: torch.nn.Module | None = None, temperature: float = 1.0, mixing: Mixing | None = None):
+                 ref: torch.nn.Module | None = None, temperature: float = 1.0, mixing: Mixing | None = None,
+                 epochs: int = 1, mini_batches: int = 1, old_logprobs: str = "recompute", seed: int = 0):
+        if old_logprobs not in ("recompute", "rollout"):
+            raise ValueError(f"old_logprobs must be recompute or rollout; got {old_logprobs!r}")
+        if epochs < 1 or mini_batches < 1:
+            raise ValueError(f"epochs and mini_batches must be ≥ 1, got {epochs}, {mini_batches}")
+        if loss.rollout_is != "none" and old_logprobs == "rollout":
+            raise ValueError("rollout_is needs old_logprobs='recompute' (with 'rollout' π_old is π_rollout)")
         self.engine, self.loss, self.pad_id, self.micro_batch_tokens, self.ref = engine, loss, pad_id, micro_batch_tokens, ref
         # The policy being optimised is the sampling distribution softmax(logits / T), as in the rollouts.
         self.temperature = temperature if temperature > 0 else 1.0
         self.mixing = mixing  # GEAR's learned mixing of advantage granularities + EMA self-distillation
+        self.epochs, self.mini_batches, self.old_mode = epochs, mini_batches, old_logprobs
+        self.seed, self.calls = seed, 0
 
     def update(self, trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray]) -> dict[str, Any]:
-        """One optimizer step over this rank's trajectories (every rank runs the same number of micro-batches,
-        padding with empty ones, because ZeRO's collectives need every rank in every forward/backward)."""
-        lc = self.loss
+        """`epochs × mini_batches` optimizer steps over this rank's trajectories. Every rank runs the same
+        number of forwards in every step (padding with empty micro-batches), because ZeRO's collectives need
+        every rank in every forward/backward."""
+        self.calls += 1
         pairs = [(t, a) for t, a in zip(trajs, advantages, strict=True) if t.num_policy_tokens > 0]
-        batches = micro_batches([p[0] for p in pairs], [p[1] for p in pairs], self.pad_id,
-                                self.micro_batch_tokens)
+        trajs, advantages = [p[0] for p in pairs], [p[1] for p in pairs]
+        one_step = self.epochs * self.mini_batches == 1
+        recompute = self.old_mode == "recompute" and not (one_step and self.loss.rollout_is == "none")
+        old = self._recompute(trajs) if recompute else None
+        acc: dict[str, list[torch.Tensor]] = {k: [] for k in STAT_KEYS}
+        losses = dict.fromkeys(LOSS_KEYS, 0.0)
+        grad_norms, mix_weights = [], []
+        rng = np.random.default_rng(self.seed * 1_000_003 + self.calls)
+        steps = 0
+        for epoch in range(self.epochs):
+            order = rng.permutation(len(trajs))
+            for part, idx in enumerate(np.array_split(order, self.mini_batches)):
+                first_pass = epoch == 0
+                # Without a recompute, only the first step's forward is the pre-update policy: it alone
+                # measures the engine–trainer mismatch.
+                measure = old is not None or (epoch == 0 and part == 0)
+                done = self._optimizer_step([trajs[i] for i in idx], [advantages[i] for i in idx],
+                                            [old[i] for i in idx] if old is not None else None, acc, losses,
+                                            mix_weights, first_pass, measure and first_pass)
+                if done is not None:
+                    grad_norms.append(done)
+                    steps += 1
+        if steps == 0:
+            return {"skipped": 1}
+        out: dict[str, Any] = {k: torch.cat(v).tolist() if v else [] for k, v in acc.items()}
+        if mix_weights:
+            out["mix_weights"] = torch.cat(mix_weights).mean(0).tolist()
+        out.update({f"loss/{k}": v / steps for k, v in losses.items()})
+        out.update(grad_norm=float(np.mean(grad_norms)), optimizer_steps=steps,
+                   train_tokens=sum(len(t.token_ids()) for t in trajs) * self.epochs)
+        return out
+
+    # -- π_old --------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def _recompute(self, trajs: Sequence[Trajectory]) -> list[torch.Tensor]:
+        """The pre-update policy's logprobs of every trajectory (aligned with its token ids, 0 off the mask)."""
+        zeros = [np.zeros(t.num_policy_tokens) for t in trajs]
+        batches = micro_batches(trajs, zeros, self.pad_id, self.micro_batch_tokens)
+        out: list[torch.Tensor | None] = [None] * len(trajs)
+        dev = device()
+        for i in range(int(all_max(len(batches)))):
+            b = (batches[i] if i < len(batches) else _empty_like(batches[0] if batches else None, self.pad_id)).to(dev)
+            logits = self.engine(input_ids=b.input_ids, attention_mask=b.attention_mask).logits / self.temperature
+            lp = token_logprobs(logits, b.input_ids, b.loss_mask)[0].cpu()
+            for row, j in enumerate(b.index):
+                out[j] = lp[row, :len(trajs[j].token_ids())]
+        return out  # type: ignore[return-value]
+
+    # -- one optimizer step -------------------------------------------------------------------------
+    def _optimizer_step(self, trajs: list[Trajectory], advantages: list[np.ndarray], old: list[torch.Tensor] | None,
+                        acc: dict[str, list[torch.Tensor]], losses: dict[str, float], mix_weights: list[torch.Tensor],
+                        first_pass: bool, measure_mismatch: bool) -> float | None:
+        """Forward/backward of every micro-batch of this mini-batch, then one optimizer step; the grad norm,
+        or None where no rank has a policy token (nothing is stepped)."""
+        lc = self.loss
+        batches = micro_batches(trajs, advantages, self.pad_id, self.micro_batch_tokens, old) if trajs else []
+        weights = []
+        for k, b in enumerate(batches):
+            iw = None
+            if lc.rollout_is != "none":
+                iw = importance_weights(b.old_logprobs, b.sampling_logprobs, b.loss_mask, lc.rollout_is,
+                                        lc.rollout_is_level, lc.rollout_is_cap)
+                if first_pass:
+                    m = b.loss_mask.bool()
+                    acc["is_weight"].append(iw.weight[m])
+                    acc["is_clipped"].append((iw.ratio > lc.rollout_is_cap).float() if lc.rollout_is == "tis"
+                                             else torch.zeros(0))
+                    acc["is_masked"].append(1.0 - iw.keep[m] if lc.rollout_is == "mis" else torch.zeros(0))
+                batches[k] = b.with_loss_mask(b.loss_mask * iw.keep)  # masked IS: out of loss and denominator
+            weights.append(iw)
         denom = all_sum(sum(denominator(b.loss_mask, lc.aggregation) for b in batches))
         n_micro = int(all_max(len(batches)))
         if denom == 0:
-            return {"skipped": 1}
+            return None
         dev = device()
-        loss_sum = 0.0
-        acc: dict[str, list] = {k: [] for k in ("ratio", "clip_low", "clip_high", "kl", "entropy", "mismatch",
-                                                "mix_weights")}
+        scale = dist.get_world_size() / denom
         self.engine.train()
         for i in range(n_micro):
-            b = (batches[i] if i < len(batches) else _empty_like(batches[0] if batches else None, self.pad_id)).to(dev)
+            real = i < len(batches)
+            b = (batches[i] if real else _empty_like(batches[0] if batches else None, self.pad_id)).to(dev)
+            iw = weights[i] if real else None
             out = self.engine(input_ids=b.input_ids, attention_mask=b.attention_mask,
                               output_hidden_states=self.mixing is not None)
             logits = out.logits / self.temperature
             logp, ent = token_logprobs(logits, b.input_ids, b.loss_mask, with_entropy=True)
             ref = self._ref_logprobs(b) if self.ref is not None else None
+            old_logp = b.old_logprobs if old is not None or self.old_mode == "rollout" else logp.detach()
             adv, extra = b.advantages, None
             if self.mixing is not None:
                 k = self.mixing.cfg.granularities
                 adv_k = adv if adv.dim() == 3 else adv.unsqueeze(-1).expand(*adv.shape, k)
-                adv, extra, w = self.mixing.combine(out.hidden_states[-1], adv_k)
-                extra = extra + self.mixing.distill(logits, b.input_ids, b.attention_mask, b.loss_mask, adv,
-                                                    self.temperature)
-                acc["mix_weights"].append(w.detach()[b.loss_mask.bool()].cpu())
-            # One optimizer step per rollout batch: the trainer's recomputed old logprobs are this forward's.
-            num, stats = policy_loss(lc, logp, logp.detach(), adv, b.loss_mask, ref, ent)
+                mix = self.mixing.terms(out.hidden_states[-1], adv_k, logits, b.input_ids, b.attention_mask,
+                                        b.loss_mask, self.temperature)
+                adv, extra = mix.advantage, mix.per_token
+                if first_pass:
+                    m = b.loss_mask.bool()
+                    mix_weights.append(mix.weights.detach()[m].cpu())
+                    acc["mixed_adv"].append(adv[m].cpu())
+            terms, stats = policy_loss(lc, logp, old_logp, adv, b.loss_mask, ref, ent,
+                                       iw.weight.to(dev) if iw is not None else None)
+            total = terms.total
             if extra is not None:
-                num = num + aggregate(extra, b.loss_mask, lc.aggregation, lc.norm_length)
-            self.engine.backward(num * (dist.get_world_size() / denom), scale_wrt_gas=False)
-            loss_sum += float(num.detach()) / denom
+                mix_num = aggregate(extra, b.loss_mask, lc.aggregation, lc.norm_length)
+                total = total + mix_num
+                losses["mix"] += float(mix_num.detach()) / denom
+            self.engine.backward(total * scale, scale_wrt_gas=False)
+            losses["policy"] += float(terms.policy.detach()) / denom
+            losses["kl"] += float(terms.kl.detach()) / denom
+            losses["entropy"] += float(terms.entropy.detach()) / denom
             m = b.loss_mask.bool()
-            acc["mismatch"].append((logp.detach()[m] - b.sampling_logprobs[m]).abs().cpu())
-            for k in ("ratio", "clip_low", "clip_high", "kl", "entropy"):
-                if stats[k] is not None:
-                    acc[k].append(stats[k].cpu())
+            if measure_mismatch and real:
+                pre = b.old_logprobs if old is not None else logp.detach()
+                acc["mismatch"].append((pre[m] - b.sampling_logprobs[m]).abs().cpu())
+            acc["log_ratio"].append(torch.log(stats["ratio"].clamp(min=1e-30)).cpu())
+            for key in ("ratio", "clip_low", "clip_high", "clip_dual", "kl", "entropy"):
+                if stats[key] is not None:
+                    acc[key].append(stats[key].cpu())
         self.engine.step()
         if self.mixing is not None:
             self.mixing.after_step(self.engine.module)
         gn = self.engine.get_global_grad_norm()
-        mix = acc.pop("mix_weights")
-        out = {k: torch.cat(v).tolist() if v else [] for k, v in acc.items()}
-        if mix:
-            out["mix_weights"] = torch.cat(mix).mean(0).tolist()
-        out.update(loss=loss_sum, grad_norm=float(gn) if gn is not None else float("nan"),
-                   train_tokens=int(sum(b.attention_mask.sum() for b in batches)))
-        return out
+        return float(gn) if gn is not None else float("nan")
 
     @torch.no_grad()
     def _ref_logprobs(self, b: Batch) -> torch.Tensor:
@@ -95,7 +196,7 @@ def _empty_like(b: Batch | None, pad_id: int) -> Batch:
         z = torch.zeros((1, 2))
         return Batch(ids, torch.ones_like(ids), z, z.clone(), z.clone(), [])
     return Batch(b.input_ids[:1], b.attention_mask[:1], torch.zeros_like(b.loss_mask[:1]),
-                 torch.zeros_like(b.advantages[:1]), b.sampling_logprobs[:1], [])
+                 torch.zeros_like(b.advantages[:1]), b.sampling_logprobs[:1], [], b.old_logprobs[:1])
 
 
 def all_sum(x: float) -> float:
@@ -108,5 +209,3 @@ def all_max(x: float) -> float:
     t = torch.tensor([float(x)], dtype=torch.float64, device=device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t)
-
-
