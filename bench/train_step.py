@@ -4,7 +4,9 @@
    `.venv-vllm`, token-in/token-out over httpx), same DocRead prompts, same sampling: tokens/s and ratio.
 2. The optimizer step: sleuth's DeepSpeed ZeRO-2 update (`PolicyUpdater`) vs a plain torch loop
    (forward, the same loss, backward, AdamW step) on the same fixed batch of real trajectories: s/step, ratio.
-3. Time per stage of one GRPO step of `configs/docread_quick.yaml` (rollout, reward, update, sync).
+3. PPO's inner loop: `update.epochs` × `update.mini_batches` of 2 × 1, 1 × 2 and 2 × 2 against 1 × 1 (one
+   optimizer step per rollout batch) on the same batch and engine: s/update, ratio, clip fraction.
+4. Time per stage of one GRPO step of `configs/docread_quick.yaml` (rollout, reward, update, sync).
 
 Run: `make bench` (or `.venv/bin/python bench/train_step.py`). SmolLM2-135M, float32, 2 CPU cores.
 """
@@ -109,8 +111,8 @@ def optimizer_steps() -> list[str]:
             t = time.perf_counter()
             logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
             logp, _ = token_logprobs(logits, b.input_ids, b.loss_mask)
-            num, _ = policy_loss(LossConfig(), logp, logp.detach(), b.advantages, b.loss_mask)
-            (num / denominator(b.loss_mask, "token_mean")).backward()
+            terms, _ = policy_loss(LossConfig(), logp, logp.detach(), b.advantages, b.loss_mask)
+            (terms.total / denominator(b.loss_mask, "token_mean")).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad()
@@ -137,6 +139,42 @@ def optimizer_steps() -> list[str]:
     return rows
 
 
+def inner_loop() -> list[str]:
+    """The cost of PPO's inner loop against today's default (one optimizer step per rollout batch), on the
+    same batch, engine and learning rate, side by side in one process."""
+    from transformers import AutoModelForCausalLM
+
+    from sleuth.training.engine import EngineConfig, build_engine, init_distributed
+    from sleuth.training.losses import LossConfig
+    from sleuth.training.update import PolicyUpdater
+
+    init_distributed()
+    trajs, advs, pad = real_batch()
+    path = resolve_model("smollm2")
+    n_tok = sum(len(t.token_ids()) for t in trajs)
+    engine = build_engine(AutoModelForCausalLM.from_pretrained(path), EngineConfig(zero_stage=2, lr=1e-5))
+    shapes = [(1, 1), (2, 1), (1, 2), (2, 2)]
+    times: dict[tuple[int, int], list[float]] = {s: [] for s in shapes}
+    clip: dict[tuple[int, int], float] = {}
+    PolicyUpdater(engine, LossConfig(), pad, micro_batch_tokens=1 << 20).update(trajs, advs)  # warm-up
+    for _ in range(2):  # alternating rounds, medians reported
+        for epochs, mini in shapes:
+            upd = PolicyUpdater(engine, LossConfig(), pad, micro_batch_tokens=1 << 20, epochs=epochs,
+                                mini_batches=mini)
+            t = time.perf_counter()
+            stats = upd.update(trajs, advs)
+            times[(epochs, mini)].append(time.perf_counter() - t)
+            clip[(epochs, mini)] = float(np.mean(stats["clip_low"]) + np.mean(stats["clip_high"]))
+    base = statistics.median(times[(1, 1)])
+    rows = [f"Batch: {len(trajs)} real DocRead trajectories, {n_tok} tokens; ZeRO-2, lr 1e-5, ppo clip 0.2/0.28; "
+            "π_old recomputed once per rollout batch (a no-grad forward) whenever there is more than one step.", "",
+            "| epochs × mini-batches | optimizer steps | s/update | ratio vs 1 × 1 | clip fraction |", "|---|---|---|---|---|"]
+    for epochs, mini in shapes:
+        s_ = statistics.median(times[(epochs, mini)])
+        rows.append(f"| {epochs} × {mini} | {epochs * mini} | {s_:.2f} | {s_ / base:.2f} | {clip[(epochs, mini)]:.4f} |")
+    return rows
+
+
 def stages() -> list[str]:
     from sleuth.training.config import load_config
     from sleuth.training.trainer import Trainer
@@ -159,6 +197,7 @@ def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parts: list[str] = []
     for title, section in (("Rollout engine", rollout_engines), ("Optimizer step", optimizer_steps),
+                           ("PPO inner loop: epochs × mini-batches", inner_loop),
                            ("One GRPO step of configs/docread_quick.yaml", stages)):
         lines = [f"## {title}", "", *section(), ""]
         print("\n".join(lines), flush=True)  # each section as soon as it is measured

@@ -179,3 +179,40 @@ def test_llm_judge_parses_and_runs_with_smollm2():
     assert _parse_judgement("I cannot tell") == (0.0, 0.0)
     scores = LLMJudge("smollm2", max_tokens=12)(_read_traj([(0, "Gold", "Ann was born in Oslo.")], 1.0), _qa_task())
     assert len(scores) == 1 and all(x in (0.0, 1.0) for x in scores[0])
+
+
+def test_refresh_and_policy_checks_reach_a_nested_step_reward():
+    from sleuth.rewards.info_gain import InfoGain
+
+    class Reader:  # what InfoGain needs of a reader for refresh and the policy check
+        def __init__(self):
+            self.tokenizer = type("Tok", (), {"get_vocab": lambda self: {"a": 0}})()
+            self.loaded, self.cleared = None, 0
+            self.model = type("M", (), {"load_state_dict": lambda m, state, strict: setattr(self, "loaded", state)})()
+
+        def clear_cache(self):
+            self.cleared += 1
+
+    for name, args in (("gigpo", {}), ("cw_grpo_adv", {}), ("gear_mix", {"granularities": ["outcome", "info_gain"]})):
+        est = make_estimator(name, **args, step_reward={"variant": "gold_prob", "reader": Reader(), "refresh_every": 2})
+        assert isinstance(est.step_source, InfoGain)
+        assert [est.refresh_due(s) for s in (1, 2, 3, 4)] == [False, True, False, True], name
+        est.refresh({"w": 1})
+        assert est.step_source.reader.loaded == {"w": 1} and est.step_source.reader.cleared == 1
+        with pytest.raises(ValueError, match="tokenizer is not the policy's"):
+            est.check_policy(type("Other", (), {"get_vocab": lambda self: {"b": 0}})())
+    assert not make_estimator("grpo").refresh_due(1)
+
+
+def test_a_factory_that_builds_no_estimator_is_refused():
+    from sleuth.rewards.base import _ESTIMATORS, register_estimator
+
+    @register_estimator("_not_an_estimator")
+    def bad():
+        return lambda trajs: []
+
+    try:
+        with pytest.raises(TypeError, match="not a sleuth.rewards.Estimator"):
+            make_estimator("_not_an_estimator")
+    finally:
+        del _ESTIMATORS["_not_an_estimator"]

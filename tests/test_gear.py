@@ -35,7 +35,7 @@ def test_real_teacher_and_student_on_a_docread_group(hotpot_tasks):
     est = GearGT("smollm2")
     kl, ent = est.token_signals(group[0], task)
     assert len(kl) == group[0].num_policy_tokens and np.all(kl >= -1e-5) and np.all(ent >= 0)
-    adv = est(group, {task.id: task})
+    adv = est(group, {task.id: task}).values
     a = 1.1547  # grpo of (1, 0, 0)
     assert adv[0].mean() == pytest.approx(a, abs=1e-4)
     assert adv[0].max() > adv[0].min()  # the gold-conditioned teacher singles out some tokens
@@ -51,7 +51,7 @@ def test_gear_mix_tool_granularity_by_hand():
         return Trajectory("t", "env", [1], turns=turns, reward=reward, group="t")
 
     a, b = traj([None, None], 1.0), traj(["bad call", None], 0.0)
-    adv = GearMix(granularities=["outcome", "tool"])([a, b])
+    adv = GearMix(granularities=["outcome", "tool"])([a, b], {}).values
     # outcome: grpo of (1, 0) → ±0.70711; tool: turns (+1, +1, −1, +1) → mean 0.5, std 0.86603 → z = 0.57735 / −1.73205
     assert adv[0].shape == (4, 2)
     assert adv[0][:, 0].tolist() == pytest.approx([0.70711] * 4, abs=1e-4)
@@ -62,21 +62,62 @@ def test_mixing_starts_uniform_and_distillation_is_zero_for_identical_teacher(ti
     import torch
     from transformers import AutoModelForCausalLM
 
-    from sleuth.training.mixing import Mixing, MixingConfig
+    from sleuth.rewards.base import MixingSpec
+    from sleuth.training.mixing import Mixing
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    mix = Mixing(MixingConfig(granularities=3, entropy_coef=0.1), model, model.config.hidden_size)
+    mix = Mixing(MixingSpec(granularities=3, entropy_coef=0.1), model, model.config.hidden_size)
     hidden = torch.randn(2, 5, model.config.hidden_size)
     adv_k = torch.randn(2, 5, 3)
-    adv, ent_term, w = mix.combine(hidden, adv_k)
-    assert torch.allclose(w, torch.full_like(w, 1 / 3))  # uniform at initialisation
-    assert torch.allclose(adv, adv_k.mean(-1))
-    assert torch.allclose(ent_term, torch.full_like(ent_term, -0.1 * np.log(3)), atol=1e-6)
     ids = torch.randint(0, 500, (2, 5))
     mask = torch.ones(2, 5)
     logits = model(input_ids=ids).logits
-    d = mix.distill(logits, ids, torch.ones_like(ids), mask, adv, 1.0)
-    assert float(d.abs().max()) < 1e-5  # the teacher is the student: KL = 0
+    terms = mix.terms(hidden, adv_k, logits, ids, torch.ones_like(ids), mask, 1.0)
+    assert torch.allclose(terms.weights, torch.full_like(terms.weights, 1 / 3))  # uniform at initialisation
+    assert torch.allclose(terms.advantage, adv_k.mean(-1)) and not terms.advantage.requires_grad
+    # the teacher is the student (KL = 0): what is left is the head's −λ·H(w) at uniform weights
+    assert torch.allclose(terms.per_token, torch.full_like(terms.per_token, -0.1 * np.log(3)), atol=1e-5)
+    assert float(mix.distill_kl(logits, ids, torch.ones_like(ids), mask, 1.0).detach().abs().max()) < 1e-5
+
+
+def test_mixing_head_does_not_learn_to_maximise_the_advantage(tiny_model_dir):
+    """Granularities with zero mean but one of them larger where the head can see it: trained through the
+    policy loss the head would learn to pick the larger one (the mean mixed advantage drifted 0 → +0.29 in
+    300 steps); trained on its own objective only, the mixed advantage stays zero-mean."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from sleuth.rewards.base import MixingSpec
+    from sleuth.training.losses import LossConfig, aggregate, policy_loss, token_logprobs
+    from sleuth.training.mixing import Mixing
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    mix = Mixing(MixingSpec(granularities=2, mixer_lr=0.05, ema_decay=1.0), model, model.config.hidden_size)
+    with torch.no_grad():  # a teacher that differs from the student, so the distillation KL is not zero
+        for p in mix.teacher.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    ids = torch.randint(0, 500, (8, 6))
+    mask = torch.ones(8, 6)
+    mask[:, 0] = 0
+    with torch.no_grad():
+        out = model(input_ids=ids, output_hidden_states=True)
+    hidden, logits = out.hidden_states[-1], out.logits.detach().requires_grad_()
+    # which granularity is the larger one at token t is a function of the hidden state that predicts it
+    sign = torch.where(hidden[..., 0] > hidden[..., 0].median(), 1.0, -1.0).roll(1, dims=1)
+    adv_k = torch.stack([sign * 2.0, -sign * 0.5], -1)
+    adv_k = adv_k - adv_k[mask.bool()].mean(0)  # each granularity has zero mean over the policy tokens
+    means = []
+    for _ in range(300):
+        terms = mix.terms(hidden, adv_k, logits, ids, torch.ones_like(ids), mask, 1.0)
+        logp, _ = token_logprobs(logits, ids, mask)
+        loss, _ = policy_loss(LossConfig(), logp, logp.detach(), terms.advantage, mask)
+        (loss.total + aggregate(terms.per_token, mask, "token_mean", 1)).backward()
+        mix.opt.step()
+        mix.opt.zero_grad()
+        means.append(float(terms.advantage[mask.bool()].mean()))
+    assert float(mix.head.weight.detach().abs().sum()) > 0  # the head did learn (from the distillation objective)
+    assert abs(np.mean(means[-100:])) < 0.1, np.mean(means[-100:])
 
 
 def test_gear_mix_update_trains_the_head_and_moves_the_teacher(tiny_model_dir):
@@ -84,21 +125,40 @@ def test_gear_mix_update_trains_the_head_and_moves_the_teacher(tiny_model_dir):
     from train_helpers import fixed_batch
     from transformers import AutoModelForCausalLM
 
+    from sleuth.rewards.base import MixingSpec
     from sleuth.training.engine import EngineConfig, build_engine, full_state_dict, init_distributed
     from sleuth.training.losses import LossConfig
-    from sleuth.training.mixing import Mixing, MixingConfig
+    from sleuth.training.mixing import Mixing
     from sleuth.training.update import PolicyUpdater
 
     init_distributed()
     engine = build_engine(AutoModelForCausalLM.from_pretrained(tiny_model_dir), EngineConfig(zero_stage=2, lr=1e-3))
-    mix = Mixing(MixingConfig(granularities=2, ema_decay=0.5, mixer_lr=0.1), engine.module, 64)
-    before = full_state_dict(engine.module)
+    mix = Mixing(MixingSpec(granularities=2, ema_decay=0.5, mixer_lr=0.1), engine.module, 64)
     trajs, advs = fixed_batch(4)
-    two = [np.stack([a, -a], -1) for a in advs]  # the granularities disagree: the head must pick
-    stats = PolicyUpdater(engine, LossConfig(), 0, 4096, mixing=mix).update(trajs, two)
+    two = [np.stack([a, -0.5 * a], -1) for a in advs]  # the granularities disagree
+    updater = PolicyUpdater(engine, LossConfig(), 0, 4096, mixing=mix)
+    stats = updater.update(trajs, two)
     assert stats["mix_weights"] == pytest.approx([0.5, 0.5])  # measured with the initial (uniform) head
-    assert float(mix.head.weight.abs().sum()) > 0  # the head learned from the policy loss
-    after = full_state_dict(engine.module)
+    # what the loss used: ½A − ¼A per token (policy tokens of the update, longest trajectories first)
+    want = sorted(np.concatenate([0.25 * a for a in advs]).tolist())
+    assert sorted(stats["mixed_adv"]) == pytest.approx(want)
+    assert float(mix.head.weight.detach().abs().sum()) == 0  # teacher = student: no distillation signal for the head yet
     name = "model.layers.0.mlp.down_proj.weight"
+    teacher_before = dict(mix.teacher.named_parameters())[name].detach().clone()
+    updater.update(trajs, two)  # now the EMA teacher lags the policy: KL > 0
+    assert float(mix.head.weight.detach().abs().sum()) > 0
+    after = full_state_dict(engine.module)
     teacher = dict(mix.teacher.named_parameters())[name]
-    assert torch.allclose(teacher, 0.5 * before[name] + 0.5 * after[name], atol=1e-6)
+    assert torch.allclose(teacher, 0.5 * teacher_before + 0.5 * after[name], atol=1e-6)
+    assert not torch.allclose(teacher, after[name], atol=1e-6)
+
+
+def test_gear_gt_refuses_a_policy_with_another_tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from sleuth.envs.retrieval.dense import minilm_dir
+
+    est = GearGT(tiny_model_dir)
+    est.check_policy(AutoTokenizer.from_pretrained(tiny_model_dir))  # SmolLM2's tokenizer: accepted
+    with pytest.raises(ValueError, match="tokenizers differ"):
+        est.check_policy(AutoTokenizer.from_pretrained(str(minilm_dir())))

@@ -20,6 +20,8 @@ def test_shipped_configs_load(path):
 def test_overrides_and_types():
     cfg = load_config(overrides={"rollout.group_size": 8, "engine.lr": "1e-5", "engine.lora": {"r": 4}})
     assert cfg.rollout.group_size == 8 and cfg.engine.lr == 1e-5 and cfg.engine.lora.r == 4
+    cfg = load_config(overrides={"loss.rollout_is": "tis", "loss.rollout_is_cap": "inf", "update.epochs": 2})
+    assert cfg.loss.rollout_is_cap == float("inf") and cfg.update.epochs == 2
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -30,6 +32,12 @@ def test_overrides_and_types():
     ({"loss.aggregation": "mean"}, "aggregation must be one of"),
     ({"rollout": 3}, "rollout: expected a mapping"),
     ({"engine.lora.target_modules": "q_proj"}, "expected a list"),
+    ({"update.epochs": 0}, "update.epochs and update.mini_batches must be ≥ 1"),
+    ({"update.mini_batches": -1}, "update.epochs and update.mini_batches must be ≥ 1"),
+    ({"update.old_logprobs": "engine"}, "old_logprobs must be one of recompute, rollout"),
+    ({"loss.rollout_is": "tis", "update.old_logprobs": "rollout"}, "rollout_is corrects π_old"),
+    ({"loss.rollout_is_cap": 0.9}, "rollout_is_cap must be ≥ 1"),
+    ({"loss.kl_coef": -0.1}, "kl_coef and loss.entropy_coef must be ≥ 0"),
 ])
 def test_bad_values_are_named(overrides, message):
     with pytest.raises(ConfigError, match=message):

@@ -182,18 +182,21 @@ def test_vllm_engine_sync_and_mismatch(tiny_model_dir, tmp_path):
     assert rows[-1]["policy_version"] == 2
 
 
-def test_info_gain_estimator_gets_tasks_and_refreshes(tiny_model_dir, tmp_path):
-    """An estimator that asks for `tasks` by argument name gets them; the reader snapshot is refreshed."""
+def test_nested_step_reward_refreshes_and_ppo_epochs_run_through_the_trainer(tiny_model_dir, tmp_path):
+    """GiGPO built on an information-gain step reward: `refresh_every` inside `step_reward:` reaches the
+    reader (it was silently ignored), the step rewards come back as metrics, and two PPO epochs run two
+    optimizer steps against a recomputed π_old."""
     from sleuth.training.trainer import Trainer
 
     cfg = _cfg(tiny_model_dir, tmp_path / "ig", max_steps=1, **{
-        "algorithm.estimator": "info_gain",
-        "algorithm.estimator_args": {"reader": tiny_model_dir, "variant": "gold_logprob", "refresh_every": 1}})
+        "algorithm.estimator": "gigpo", "update.epochs": 2,
+        "algorithm.estimator_args": {"step_reward": {"reader": tiny_model_dir, "variant": "gold_logprob",
+                                                     "refresh_every": 1}}})
     trainer = Trainer(cfg, progress=False)
-    assert set(trainer.estimator_context["tasks"]) == {t.id for t in trainer.tasks}
     row = trainer.train()[0]
-    assert np.isfinite(row["reward/mean"])
-    reader = trainer.estimator.reader.model.state_dict()
+    assert np.isfinite(row["reward/mean"]) and row["optimizer_steps"] == 2
+    assert np.isfinite(row["ratio/max"]) and np.isfinite(row["ppo_kl"])
+    reader = trainer.estimator.step_source.reader.model.state_dict()
     policy = trainer.rollout.policy.model.state_dict()
     assert all(torch.equal(reader[k], policy[k]) for k in policy)  # the reader is now the trained policy
 
@@ -205,3 +208,4 @@ def test_gear_mix_through_the_trainer(tiny_model_dir, tmp_path):
     row = Trainer(cfg, progress=False).train()[0]
     assert row["mix/w0"] == pytest.approx(0.5) and row["mix/w1"] == pytest.approx(0.5)  # uniform at the start
     assert row["grad_norm"] > 0
+    assert np.isfinite(row["adv/mean"]) and np.isfinite(row["loss/mix"])  # the mixed advantage the loss used

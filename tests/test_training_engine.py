@@ -1,11 +1,13 @@
 """The DeepSpeed engine and the policy update: accumulation, ZeRO stages in one and two processes."""
 
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from train_helpers import fixed_batch, surrogate
@@ -98,3 +100,109 @@ def _port():
     from sleuth.serving import free_port
 
     return free_port()
+
+
+# -- the off-policy update: epochs, mini-batches, π_old, rollout-mismatch correction ----------------------
+def _true_logprobs(module, trajs):
+    """Each trajectory's policy-token logprobs under `module` (what an exact rollout engine would report)."""
+    from sleuth.training.batch import build_batch
+    from sleuth.training.losses import token_logprobs
+
+    out = []
+    for t in trajs:
+        b = build_batch([t], [np.zeros(t.num_policy_tokens)], pad_id=0)
+        with torch.no_grad():
+            lp, _ = token_logprobs(module(input_ids=b.input_ids).logits, b.input_ids, b.loss_mask)
+        out.append(lp[0][b.loss_mask[0].bool()].tolist())
+    return out
+
+
+def _with_sampling_logprobs(trajs, logprobs):
+    """Copies of `trajs` whose turns report `logprobs` as the engine's sampling logprobs."""
+    import copy
+
+    out = []
+    for t, lps in zip(trajs, logprobs, strict=True):
+        t = copy.deepcopy(t)
+        k = 0
+        for turn in t.turns:
+            turn.action_logprobs = lps[k:k + len(turn.action_ids)]
+            k += len(turn.action_ids)
+        out.append(t)
+    return out
+
+
+def test_one_step_is_on_policy_and_a_second_epoch_crosses_the_clip(tiny_model_dir):
+    engine = _engine(tiny_model_dir, zero_stage=2, lr=5e-2)
+    trajs, advs = fixed_batch(4)
+    trajs = _with_sampling_logprobs(trajs, _true_logprobs(engine.module, trajs))
+    cfg = LossConfig(eps_low=0.2, eps_high=0.2)
+    one = PolicyUpdater(engine, cfg, pad_id=0, micro_batch_tokens=64).update(trajs, advs)
+    assert one["optimizer_steps"] == 1 and set(one["ratio"]) == {1.0}  # π_old is this forward's own
+    assert not any(one["clip_low"]) and not any(one["clip_high"])
+    assert max(one["mismatch"]) < 1e-5  # the sampling logprobs are the pre-update policy's
+    two = PolicyUpdater(engine, cfg, pad_id=0, micro_batch_tokens=64, epochs=2, mini_batches=2).update(trajs, advs)
+    assert two["optimizer_steps"] == 4
+    assert np.mean(two["clip_low"]) + np.mean(two["clip_high"]) > 0  # later steps leave the trust region
+    assert max(abs(r - 1) for r in two["ratio"]) > 0.2
+    # the recompute is the pre-update policy: after one update the engine's logprobs no longer match it
+    assert max(two["mismatch"]) > 1e-3
+
+
+def test_ratio_metric_is_exp_of_logp_minus_rollout_logprobs(tiny_model_dir):
+    engine = _engine(tiny_model_dir, zero_stage=0, lr=1e-3)
+    trajs, advs = fixed_batch(3)
+    true = _true_logprobs(engine.module, trajs)
+    shift = [[lp - 0.05 * ((k % 5) - 2) for k, lp in enumerate(row)] for row in true]
+    trajs = _with_sampling_logprobs(trajs, shift)
+    stats = PolicyUpdater(engine, LossConfig(eps_low=0.5, eps_high=0.5), pad_id=0, micro_batch_tokens=10_000,
+                          old_logprobs="rollout").update(trajs, advs)
+    # one micro-batch, longest trajectory first: the metric's order follows the batch rows
+    order = sorted(range(3), key=lambda i: -len(trajs[i].token_ids()))
+    want = [math.exp(true[i][k] - shift[i][k]) for i in order for k in range(len(true[i]))]
+    assert stats["ratio"] == pytest.approx(want, rel=1e-4)
+
+
+def _grads(engine, trajs, advs, **kw):
+    grads = {}
+
+    def capture():
+        for n, p in engine.module.named_parameters():
+            grads[n] = p.grad.detach().clone()
+            p.grad = None
+
+    engine.step, engine.get_global_grad_norm = capture, lambda: 0.0
+    PolicyUpdater(engine, pad_id=0, micro_batch_tokens=10_000, **kw).update(trajs, advs)
+    return torch.cat([g.flatten() for g in grads.values()])
+
+
+def test_loss_types_differ_once_old_differs_from_the_policy(tiny_model_dir):
+    """The review's repro: with π_old recomputed in the same forward every loss type gave the same gradient
+    (max |Δgrad| = 0). They still agree on policy; against an off-policy π_old they do not."""
+    engine = _engine(tiny_model_dir, zero_stage=0, grad_clip=0.0)
+    trajs, advs = fixed_batch(4)
+    true = _true_logprobs(engine.module, trajs)
+    off = _with_sampling_logprobs(trajs, [[lp + (0.4 if k % 2 else -0.4) for k, lp in enumerate(r)] for r in true])
+    losses = {k: LossConfig(policy_loss=k, eps_low=0.2, eps_high=0.2) for k in ("ppo", "cispo", "gspo")}
+    on = {k: _grads(engine, trajs, advs, loss=c) for k, c in losses.items()}
+    assert torch.allclose(on["ppo"], on["cispo"], atol=1e-6) and torch.allclose(on["ppo"], on["gspo"], atol=1e-6)
+    offg = {k: _grads(engine, off, advs, loss=c, old_logprobs="rollout") for k, c in losses.items()}
+    for a, b in (("ppo", "cispo"), ("ppo", "gspo"), ("cispo", "gspo")):
+        assert float((offg[a] - offg[b]).abs().max()) > 1e-4, (a, b)
+
+
+def test_truncated_is_weights_reach_the_metrics(tiny_model_dir):
+    engine = _engine(tiny_model_dir, zero_stage=2, lr=1e-7)  # the weights barely move between the two updates
+    trajs, advs = fixed_batch(4)
+    true = _true_logprobs(engine.module, trajs)
+    rollout = [[lp - (1.0 if k == 0 else 0.0) for k, lp in enumerate(r)] for r in true]  # first token: w = e
+    trajs = _with_sampling_logprobs(trajs, rollout)
+    cfg = LossConfig(rollout_is="tis", rollout_is_cap=2.0)
+    stats = PolicyUpdater(engine, cfg, pad_id=0, micro_batch_tokens=64).update(trajs, advs)
+    assert max(stats["is_weight"]) == pytest.approx(2.0, abs=1e-4)  # e^1 truncated at C = 2
+    assert sum(stats["is_clipped"]) == 4 and min(stats["is_weight"]) == pytest.approx(1.0, abs=1e-4)
+    mis = PolicyUpdater(engine, LossConfig(rollout_is="mis", rollout_is_cap=2.0), pad_id=0,
+                        micro_batch_tokens=64).update(trajs, advs)
+    assert sum(mis["is_masked"]) == 4  # one token per trajectory out of [1/2, 2]: out of loss and denominator
+    with pytest.raises(ValueError, match="recompute"):
+        PolicyUpdater(engine, cfg, pad_id=0, micro_batch_tokens=64, old_logprobs="rollout")

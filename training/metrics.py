@@ -72,9 +72,10 @@ def describe(name: str, values: Sequence[float] | np.ndarray, stats: Sequence[st
 
 PLOTS = [
     ("reward", ["reward/mean", "eval/score"]),
-    ("loss", ["loss/policy", "loss/total"]),
+    ("loss", ["loss/policy", "loss/kl", "loss/entropy", "loss/mix"]),
     ("kl and entropy", ["kl/mean", "entropy/mean"]),
-    ("clipping", ["clip/low", "clip/high"]),
+    ("clipping", ["clip/low", "clip/high", "clip/dual"]),
+    ("ratio", ["ratio/p99", "ppo_kl"]),
     ("engine-trainer mismatch", ["mismatch/mean", "mismatch/p99"]),
     ("zero-variance groups", ["groups/zero_var_correct", "groups/zero_var_wrong"]),
     ("grad norm", ["grad_norm"]),

@@ -13,6 +13,7 @@ ranks, so the gradient is the same however the mini-batch is split into micro-ba
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -33,8 +34,19 @@ from sleuth.training.losses import (
 from sleuth.training.mixing import Mixing
 
 STAT_KEYS = ("ratio", "log_ratio", "clip_low", "clip_high", "clip_dual", "kl", "entropy", "mismatch", "is_weight",
-             "is_clipped", "is_masked", "mixed_adv")
+             "is_clipped", "is_masked", "mixed_adv", "mix_weights")
 LOSS_KEYS = ("policy", "kl", "entropy", "mix")
+
+
+@dataclass
+class _Tally:
+    """What an update measures across its optimizer steps."""
+    stats: dict[str, list[torch.Tensor]] = field(default_factory=lambda: {k: [] for k in STAT_KEYS})
+    losses: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LOSS_KEYS, 0.0))
+    grad_norms: list[float] = field(default_factory=list)
+
+    def add(self, key: str, value: torch.Tensor) -> None:
+        self.stats[key].append(value.detach().cpu())
 
 
 class PolicyUpdater:
@@ -64,31 +76,26 @@ class PolicyUpdater:
         one_step = self.epochs * self.mini_batches == 1
         recompute = self.old_mode == "recompute" and not (one_step and self.loss.rollout_is == "none")
         old = self._recompute(trajs) if recompute else None
-        acc: dict[str, list[torch.Tensor]] = {k: [] for k in STAT_KEYS}
-        losses = dict.fromkeys(LOSS_KEYS, 0.0)
-        grad_norms, mix_weights = [], []
+        tally = _Tally()
         rng = np.random.default_rng(self.seed * 1_000_003 + self.calls)
-        steps = 0
         for epoch in range(self.epochs):
             order = rng.permutation(len(trajs))
             for part, idx in enumerate(np.array_split(order, self.mini_batches)):
+                # Every token is measured once, in the first epoch; without a recompute only the first
+                # step's forward runs the pre-update policy, so it alone measures the engine–trainer mismatch.
                 first_pass = epoch == 0
-                # Without a recompute, only the first step's forward is the pre-update policy: it alone
-                # measures the engine–trainer mismatch.
-                measure = old is not None or (epoch == 0 and part == 0)
-                done = self._optimizer_step([trajs[i] for i in idx], [advantages[i] for i in idx],
-                                            [old[i] for i in idx] if old is not None else None, acc, losses,
-                                            mix_weights, first_pass, measure and first_pass)
-                if done is not None:
-                    grad_norms.append(done)
-                    steps += 1
+                self._optimizer_step([trajs[i] for i in idx], [advantages[i] for i in idx],
+                                     [old[i] for i in idx] if old is not None else None, tally, first_pass,
+                                     first_pass and (old is not None or part == 0))
+        steps = len(tally.grad_norms)
         if steps == 0:
             return {"skipped": 1}
-        out: dict[str, Any] = {k: torch.cat(v).tolist() if v else [] for k, v in acc.items()}
-        if mix_weights:
-            out["mix_weights"] = torch.cat(mix_weights).mean(0).tolist()
-        out.update({f"loss/{k}": v / steps for k, v in losses.items()})
-        out.update(grad_norm=float(np.mean(grad_norms)), optimizer_steps=steps,
+        mix = tally.stats.pop("mix_weights")
+        out: dict[str, Any] = {k: torch.cat(v).tolist() if v else [] for k, v in tally.stats.items()}
+        if mix:
+            out["mix_weights"] = torch.cat(mix).mean(0).tolist()
+        out.update({f"loss/{k}": v / steps for k, v in tally.losses.items()})
+        out.update(grad_norm=float(np.mean(tally.grad_norms)), optimizer_steps=steps,
                    train_tokens=sum(len(t.token_ids()) for t in trajs) * self.epochs)
         return out
 
@@ -110,10 +117,9 @@ class PolicyUpdater:
 
     # -- one optimizer step -------------------------------------------------------------------------
     def _optimizer_step(self, trajs: list[Trajectory], advantages: list[np.ndarray], old: list[torch.Tensor] | None,
-                        acc: dict[str, list[torch.Tensor]], losses: dict[str, float], mix_weights: list[torch.Tensor],
-                        first_pass: bool, measure_mismatch: bool) -> float | None:
-        """Forward/backward of every micro-batch of this mini-batch, then one optimizer step; the grad norm,
-        or None where no rank has a policy token (nothing is stepped)."""
+                        tally: _Tally, first_pass: bool, measure_mismatch: bool) -> None:
+        """Forward/backward of every micro-batch of this mini-batch, then one optimizer step (none where no
+        rank has a policy token)."""
         lc = self.loss
         batches = micro_batches(trajs, advantages, self.pad_id, self.micro_batch_tokens, old) if trajs else []
         weights = []
@@ -124,16 +130,17 @@ class PolicyUpdater:
                                         lc.rollout_is_level, lc.rollout_is_cap)
                 if first_pass:
                     m = b.loss_mask.bool()
-                    acc["is_weight"].append(iw.weight[m])
-                    acc["is_clipped"].append((iw.ratio > lc.rollout_is_cap).float() if lc.rollout_is == "tis"
-                                             else torch.zeros(0))
-                    acc["is_masked"].append(1.0 - iw.keep[m] if lc.rollout_is == "mis" else torch.zeros(0))
+                    tally.add("is_weight", iw.weight[m])
+                    if lc.rollout_is == "tis":
+                        tally.add("is_clipped", (iw.ratio > lc.rollout_is_cap).float())
+                    else:
+                        tally.add("is_masked", 1.0 - iw.keep[m])
                 batches[k] = b.with_loss_mask(b.loss_mask * iw.keep)  # masked IS: out of loss and denominator
             weights.append(iw)
         denom = all_sum(sum(denominator(b.loss_mask, lc.aggregation) for b in batches))
         n_micro = int(all_max(len(batches)))
         if denom == 0:
-            return None
+            return
         dev = device()
         scale = dist.get_world_size() / denom
         self.engine.train()
@@ -156,32 +163,31 @@ class PolicyUpdater:
                 adv, extra = mix.advantage, mix.per_token
                 if first_pass:
                     m = b.loss_mask.bool()
-                    mix_weights.append(mix.weights.detach()[m].cpu())
-                    acc["mixed_adv"].append(adv[m].cpu())
+                    tally.add("mix_weights", mix.weights[m])
+                    tally.add("mixed_adv", adv[m])
             terms, stats = policy_loss(lc, logp, old_logp, adv, b.loss_mask, ref, ent,
                                        iw.weight.to(dev) if iw is not None else None)
             total = terms.total
             if extra is not None:
                 mix_num = aggregate(extra, b.loss_mask, lc.aggregation, lc.norm_length)
                 total = total + mix_num
-                losses["mix"] += float(mix_num.detach()) / denom
+                tally.losses["mix"] += float(mix_num.detach()) / denom
             self.engine.backward(total * scale, scale_wrt_gas=False)
-            losses["policy"] += float(terms.policy.detach()) / denom
-            losses["kl"] += float(terms.kl.detach()) / denom
-            losses["entropy"] += float(terms.entropy.detach()) / denom
+            for key, value in (("policy", terms.policy), ("kl", terms.kl), ("entropy", terms.entropy)):
+                tally.losses[key] += float(value.detach()) / denom
             m = b.loss_mask.bool()
             if measure_mismatch and real:
                 pre = b.old_logprobs if old is not None else logp.detach()
-                acc["mismatch"].append((pre[m] - b.sampling_logprobs[m]).abs().cpu())
-            acc["log_ratio"].append(torch.log(stats["ratio"].clamp(min=1e-30)).cpu())
+                tally.add("mismatch", (pre[m] - b.sampling_logprobs[m]).abs())
+            tally.add("log_ratio", torch.log(stats["ratio"].clamp(min=1e-30)))
             for key in ("ratio", "clip_low", "clip_high", "clip_dual", "kl", "entropy"):
                 if stats[key] is not None:
-                    acc[key].append(stats[key].cpu())
+                    tally.add(key, stats[key])
         self.engine.step()
         if self.mixing is not None:
             self.mixing.after_step(self.engine.module)
         gn = self.engine.get_global_grad_norm()
-        return float(gn) if gn is not None else float("nan")
+        tally.grad_norms.append(float(gn) if gn is not None else float("nan"))
 
     @torch.no_grad()
     def _ref_logprobs(self, b: Batch) -> torch.Tensor:

@@ -72,9 +72,9 @@ def check_update(rep: Report, st: State) -> None:
                     with ctx:
                         logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
                     logp, ent = token_logprobs(logits, b.input_ids, b.loss_mask, with_entropy=True)
-                    num, _ = policy_loss(lc, logp, logp.detach(), b.advantages, b.loss_mask, None, ent)
-                    (num / denom).backward()
-                    loss += float(num.detach()) / denom
+                    terms, _ = policy_loss(lc, logp, logp.detach(), b.advantages, b.loss_mask, None, ent)
+                    (terms.total / denom).backward()
+                    loss += float(terms.total.detach()) / denom
                 gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 opt.step()
                 opt.zero_grad(set_to_none=True)
@@ -90,7 +90,9 @@ def check_update(rep: Report, st: State) -> None:
 
             def step() -> dict[str, float]:
                 s = upd.update(trajs, advs)
-                return {"loss": s.get("loss", float("nan")), "grad_norm": s.get("grad_norm", float("nan")),
+                loss = sum(s.get(f"loss/{k}", 0.0) for k in ("policy", "kl", "entropy", "mix")) if "skipped" not in s \
+                    else float("nan")
+                return {"loss": loss, "grad_norm": s.get("grad_norm", float("nan")),
                         "train_tokens": s.get("train_tokens", 0)}
 
             return engine.module, step, False, engine
