@@ -240,6 +240,36 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sft(args: argparse.Namespace) -> int:
+    from sleuth.training.config import ConfigError
+    from sleuth.training.sft import load_sft_config
+
+    overrides = _kv(args.set, flag="--set")
+    if args.out:
+        overrides["out"] = args.out
+    if args.max_steps is not None:
+        overrides["max_steps"] = args.max_steps
+    try:
+        cfg = load_sft_config(args.config, overrides)
+    except ConfigError as e:
+        return _fail(str(e))
+    from sleuth.training.sft import SFTTrainer
+
+    try:
+        trainer = SFTTrainer(cfg, resume=args.resume)
+        rows = trainer.train()
+    except (ConfigError, FileNotFoundError, ValueError) as e:
+        return _fail(str(e))
+    if trainer.rank == 0:
+        from sleuth.training.metrics import plot_run
+
+        if rows or (Path(cfg.out) / "metrics.jsonl").exists():
+            plot_run(Path(cfg.out))
+        last = rows[-1] if rows else {}
+        print(f"fine-tuned to step {trainer.step} in {cfg.out}; last loss/nll {last.get('loss/nll', float('nan')):.4f}")
+    return 0
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     from sleuth.training.metrics import plot_run
 
@@ -380,6 +410,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key, e.g. --set rollout.group_size=8 (repeatable)")
     t.set_defaults(fn=cmd_train)
+    ft = sub.add_parser("sft", help="supervised fine-tuning on trajectories (oracle, rejection sampling, files, chats)")
+    ft.add_argument("--config", help="YAML config (configs/*sft*.yaml); every key has a default")
+    ft.add_argument("--out", help="run directory (overrides the config's out)")
+    ft.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
+    ft.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
+    ft.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override any config key, e.g. --set data.source=rejection (repeatable)")
+    ft.set_defaults(fn=cmd_sft)
     pl = sub.add_parser("plot", help="plot a training run's metrics to RUN/training.png")
     pl.add_argument("run")
     pl.set_defaults(fn=cmd_plot)

@@ -1,5 +1,7 @@
 """Run by `torchrun --nproc_per_node 2` from test_training_engine: ZeRO-2 then ZeRO-3 updates on a fixed
-batch split across two ranks; rank 0 writes the surrogate objective before/after as JSON."""
+batch split across two ranks, then ZeRO-3 with PPO epochs and mini-batches on an uneven split (one rank has
+empty mini-batches: its collectives must still line up); rank 0 writes the surrogate objective before/after
+as JSON."""
 
 import json
 import sys
@@ -30,6 +32,15 @@ def main(model_dir: str, out: str) -> None:
             stats = updater.update(*mine)
         after = surrogate(engine.module, trajs, advs)
         result[f"zero{stage}"] = {"before": before, "after": after, "grad_norm": stats["grad_norm"]}
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    engine = build_engine(model, EngineConfig(zero_stage=3, lr=1e-3))
+    updater = PolicyUpdater(engine, LossConfig(), pad_id=0, micro_batch_tokens=64, epochs=2, mini_batches=3)
+    uneven = (trajs[:3], advs[:3]) if rank == 0 else (trajs[3:4], advs[3:4])
+    before = surrogate(engine.module, trajs[:4], advs[:4])
+    stats = updater.update(*uneven)
+    steps = [None] * world
+    dist.all_gather_object(steps, stats["optimizer_steps"])
+    result["zero3_ppo"] = {"before": before, "after": surrogate(engine.module, trajs[:4], advs[:4]), "steps": steps}
     if rank == 0:
         with open(out, "w") as f:
             json.dump(result, f)

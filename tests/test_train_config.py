@@ -8,13 +8,23 @@ from sleuth.cli import main
 from sleuth.training.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = sorted((ROOT / "configs").glob("*.yaml")) + [ROOT / "examples" / "sql_env" / "train.yaml"]
+SFT_CONFIGS = sorted((ROOT / "configs").glob("*_sft.yaml")) + sorted((ROOT / "configs").glob("*_rft.yaml"))
+CONFIGS = [p for p in sorted((ROOT / "configs").glob("*.yaml")) if p not in SFT_CONFIGS] + \
+    [ROOT / "examples" / "sql_env" / "train.yaml"]
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_shipped_configs_load(path):
     cfg = load_config(path)
     assert cfg.max_steps >= 1
+
+
+@pytest.mark.parametrize("path", SFT_CONFIGS, ids=lambda p: p.name)
+def test_shipped_sft_configs_load(path):
+    from sleuth.training.sft import load_sft_config
+
+    cfg = load_sft_config(path)
+    assert cfg.data.source in ("oracle", "rejection") and cfg.data.tasks.endswith(":train")
 
 
 def test_overrides_and_types():

@@ -120,6 +120,11 @@ class TrainConfig:
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Read a YAML config (or start from defaults) and apply dotted overrides ({"rollout.group_size": 8})."""
+    return load_yaml(TrainConfig, path, overrides)
+
+
+def load_yaml(cls: type, path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Any:
+    """A config dataclass `cls` from a YAML file (or its defaults) and dotted overrides, every key checked."""
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -139,7 +144,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             if not isinstance(node, dict):
                 raise ConfigError(f"cannot set {dotted}: {key} is not a section")
         node[leaf] = value
-    return build(TrainConfig, data, "")
+    return build(cls, data, "")
 
 
 def build(cls: type, data: Any, where: str) -> Any:

@@ -83,9 +83,17 @@ PLOTS = [
     ("time per stage (s)", ["time/rollout", "time/reward", "time/update", "time/sync"]),
 ]
 
+SFT_PLOTS = [
+    ("loss (mean NLL per policy token)", ["loss/nll"]),
+    ("grad norm", ["grad_norm"]),
+    ("tokens/s", ["tokens_per_s"]),
+    ("rejection sampling", ["data/accept_rate", "data/sampled_score"]),
+]
 
-def plot_run(run_dir: Path) -> list[Path]:
-    """One PNG of training curves per run directory (`sleuth plot RUN`)."""
+
+def plot_run(run_dir: Path, panels: Sequence[tuple[str, list[str]]] | None = None) -> list[Path]:
+    """One PNG of training curves per run directory (`sleuth plot RUN`); `panels` defaults to the RL run's,
+    or the SFT run's when the run logged `loss/nll`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -94,8 +102,12 @@ def plot_run(run_dir: Path) -> list[Path]:
     rows = read_metrics(Path(run_dir) / "metrics.jsonl")
     if not rows:
         raise FileNotFoundError(f"no metrics in {Path(run_dir) / 'metrics.jsonl'}")
-    fig, axes = plt.subplots(3, 3, figsize=(14, 10))
-    for ax, (title, keys) in zip(axes.flat, PLOTS, strict=False):
+    panels = panels or (SFT_PLOTS if "loss/nll" in rows[0] else PLOTS)
+    cols = 3
+    fig, axes = plt.subplots(-(-len(panels) // cols), cols, figsize=(14, 3.3 * -(-len(panels) // cols)), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    for ax, (title, keys) in zip(axes.flat, panels, strict=False):
         for key in keys:
             pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
             if pts:

@@ -34,7 +34,7 @@ class Trainer:
         from sleuth.agents.chat import ChatRenderer
         from sleuth.agents.models import resolve_model
         from sleuth.rewards import make_estimator
-        from sleuth.tasks import load_tasks
+        from sleuth.tasks import LeakageError, check_tasks, held_out_specs, load_held_out, load_tasks
         from sleuth.training.rollout import make_rollout
 
         self.cfg, self.progress = cfg, progress
@@ -49,6 +49,10 @@ class Trainer:
         torch.manual_seed(cfg.seed + self.rank)
         self.estimator = make_estimator(cfg.algorithm.estimator, **cfg.algorithm.estimator_args)
         self.tasks = load_tasks(cfg.tasks, limit=cfg.task_limit)
+        try:  # evaluation data never trains: the source's test split and the run's eval tasks stay out
+            check_tasks(self.tasks, load_held_out(held_out_specs(cfg.tasks, [cfg.eval.tasks])), f"tasks {cfg.tasks}")
+        except LeakageError as e:
+            raise ConfigError(str(e)) from None
         self.tasks_by_id = {t.id: t for t in self.tasks}
         self.sampler = TaskSampler(len(self.tasks), cfg.seed)
         self.model_path = str(resolve_model(cfg.model))

@@ -1,0 +1,291 @@
+"""Supervised fine-tuning on trajectories (`sleuth sft --config X.yaml`): the warm start before RL.
+
+The loss is the mean negative log-likelihood of the policy's own tokens (the trajectory's loss mask: never
+prompt, tool or env tokens), on the same DeepSpeed engine as `sleuth train` (ZeRO 0–3, offload, LoRA), with
+the same micro-batching over one global denominator, checkpoints, `--resume`, metrics (JSONL, TensorBoard,
+`training.png`) and Hugging Face export. Data (`training.sft_data`) is built once per round and written to
+`OUT/data/round-R.jsonl`; `rejection` rounds sample from the current weights, so R rounds are R rounds of
+expert iteration. Every round's data is checked against the held-out evaluation splits before it trains."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from sleuth.agents.trajectory import Trajectory
+from sleuth.training import checkpoint
+from sleuth.training.batch import micro_batches
+from sleuth.training.config import CheckpointConfig, ConfigError, to_dict
+from sleuth.training.engine import EngineConfig, build_engine, device, init_distributed, resolved_dtype
+from sleuth.training.losses import token_logprobs
+from sleuth.training.metrics import MetricsLogger
+from sleuth.training.sft_data import (
+    SOURCES,
+    accepted,
+    chat_to_trajectory,
+    read_chats,
+    read_trajectories,
+    score,
+)
+from sleuth.training.update import all_max, all_sum
+
+
+@dataclass
+class SFTDataConfig:
+    source: str = "oracle"  # oracle | rejection | trajectories | chat (see training.sft_data)
+    tasks: str = "hotpotqa:train"  # the tasks episodes run on; its source's test split is always held out
+    task_limit: int | None = None
+    env: str = "DocRead-v0"
+    env_args: dict[str, Any] = field(default_factory=lambda: {"harness": "text"})
+    path: str | None = None  # trajectories / chat: the file (or datasets directory)
+    min_score: float = 1.0  # oracle, rejection, trajectories: keep episodes the verifier scores at least this
+    samples: int = 4  # rejection: episodes per task per round
+    rounds: int = 1  # rejection: rounds of sample → filter → fine-tune
+    temperature: float = 1.0  # rejection sampling
+    max_tokens: int = 48  # rejection sampling, per turn
+    concurrency: int = 16
+    held_out: list[str] = field(default_factory=list)  # more task specs the data must not contain
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"data.source must be one of {', '.join(SOURCES)}; got {self.source!r}")
+        if self.source in ("trajectories", "chat") and not self.path:
+            raise ValueError(f"data.source {self.source} reads data.path: set it to the file")
+        if self.rounds < 1 or self.samples < 1 or self.max_tokens < 1 or self.concurrency < 1:
+            raise ValueError("data.rounds, data.samples, data.max_tokens and data.concurrency must be ≥ 1")
+        if self.rounds > 1 and self.source != "rejection":
+            raise ValueError(f"data.rounds > 1 re-samples from the policy: only source rejection has rounds, not {self.source}")
+        if not self.temperature > 0:
+            raise ValueError(f"data.temperature must be > 0 for sampling, got {self.temperature}")
+
+
+@dataclass
+class SFTConfig:
+    model: str = "smollm2"
+    out: str = "runs/sft"
+    seed: int = 0
+    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    epochs: int = 1  # passes over each round's data
+    batch_size: int = 8  # trajectories per optimizer step, across all ranks
+    max_steps: int | None = None  # stop early (None: every epoch of every round)
+    micro_batch_tokens: int = 4096
+    engine: EngineConfig = field(default_factory=lambda: EngineConfig(lr=5e-5))
+    checkpoint: CheckpointConfig = field(default_factory=lambda: CheckpointConfig(every=0))
+    tensorboard: bool = True
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.batch_size < 1 or self.micro_batch_tokens < 1:
+            raise ValueError("epochs, batch_size and micro_batch_tokens must be ≥ 1")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be ≥ 1 (or unset), got {self.max_steps}")
+
+
+def load_sft_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> SFTConfig:
+    from sleuth.training.config import load_yaml
+
+    return load_yaml(SFTConfig, path, overrides)
+
+
+def nll_numerator(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Σ −log π over the masked (policy) tokens; divided by the step's policy-token count across ranks."""
+    return -(logp * mask).sum()
+
+
+class SFTTrainer:
+    def __init__(self, cfg: SFTConfig, resume: bool = False, progress: bool = True):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from sleuth.agents.models import resolve_model
+        from sleuth.tasks import LeakageError, held_out_specs, load_held_out, load_tasks
+
+        self.cfg, self.progress = cfg, progress
+        self.rank, self.world = init_distributed()
+        self.out = Path(cfg.out)
+        self.ckpt_root = self.out / "checkpoints"
+        if not resume and checkpoint.latest(self.ckpt_root):
+            raise ConfigError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
+        d = cfg.data
+        try:
+            self.held_out = load_held_out(held_out_specs(d.tasks, d.held_out))
+        except LeakageError as e:
+            raise ConfigError(str(e)) from None
+        self.tasks = load_tasks(d.tasks, limit=d.task_limit) if d.source in ("oracle", "rejection") else []
+        self.model_path = str(resolve_model(cfg.model))
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        torch.manual_seed(cfg.seed + self.rank)
+        self.dtype = resolved_dtype(cfg.engine)
+        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype).to(device())
+        model.config.use_cache = False
+        self.engine = build_engine(model, cfg.engine)
+        self.step = 0
+        if resume:
+            state = checkpoint.load(self.engine, self.ckpt_root)
+            self.step = int(state["step"]) if state else 0
+        self.logger = MetricsLogger(self.out, self.step, cfg.tensorboard) if self.rank == 0 else None
+        self._rollout: Any = None
+        if self.rank == 0:
+            import yaml
+
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+    # -- the loop -------------------------------------------------------------------------------------
+    def train(self) -> list[dict[str, Any]]:
+        from tqdm import tqdm
+
+        cfg, rows, done = self.cfg, [], 0
+        bar = tqdm(desc="sft", initial=self.step, disable=not self.progress or self.rank != 0)
+        try:
+            for r in range(cfg.data.rounds):
+                data, data_metrics = self.round_data(r)
+                if not data:
+                    raise ConfigError(f"round {r}: no training data (every episode scored below data.min_score "
+                                      f"{cfg.data.min_score}, or the file holds none)")
+                for epoch in range(cfg.epochs):
+                    order = np.random.default_rng([cfg.seed, r, epoch]).permutation(len(data))
+                    for start in range(0, len(order), cfg.batch_size):
+                        done += 1
+                        if done <= self.step:  # finished before the checkpoint this run resumed from
+                            continue
+                        batch = [data[i] for i in order[start:start + cfg.batch_size]]
+                        row = {**self.sft_step(batch[self.rank::self.world]), "round": r, "epoch": epoch,
+                               **data_metrics}
+                        data_metrics = {}
+                        self.step = done
+                        rows.append(row)
+                        if self.logger:
+                            self.logger.log(self.step, row)
+                        bar.update(1)
+                        bar.set_postfix(nll=f"{row['loss/nll']:.3f}")
+                        if cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0:
+                            self.save()
+                        if cfg.max_steps is not None and self.step >= cfg.max_steps:
+                            return self._finish(rows)
+                self.save()  # the next round samples from these weights: a resume must start from them
+            return self._finish(rows)
+        finally:
+            bar.close()
+            if self.logger:
+                self.logger.close()
+
+    def _finish(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        self.save()
+        if self.cfg.checkpoint.export_hf:
+            checkpoint.export_hf(self.engine.module, self.model_path, self.out / "hf", self.tokenizer)
+        return rows
+
+    def save(self) -> None:
+        checkpoint.save(self.engine, self.ckpt_root, self.step, {"step": self.step}, self.cfg.checkpoint.keep)
+
+    def sft_step(self, trajs: Sequence[Trajectory]) -> dict[str, Any]:
+        """One optimizer step on this rank's share of the batch: mean NLL of every policy token in the batch."""
+        t0 = time.perf_counter()
+        zeros = [np.zeros(t.num_policy_tokens) for t in trajs]
+        batches = micro_batches(list(trajs), zeros, self.pad_id, self.cfg.micro_batch_tokens) if trajs else []
+        denom = all_sum(sum(float(b.loss_mask.sum()) for b in batches))
+        n_micro = int(all_max(len(batches)))
+        dev, scale, nll = device(), dist.get_world_size() / max(denom, 1.0), 0.0
+        self.engine.train()
+        for i in range(n_micro):
+            if i < len(batches):
+                b = batches[i].to(dev)
+                ids, attn, mask = b.input_ids, b.attention_mask, b.loss_mask
+            else:  # keeps this rank in step with the others' collectives
+                ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=dev)
+                attn, mask = torch.ones_like(ids), torch.zeros((1, 2), device=dev)
+            logp, _ = token_logprobs(self.engine(input_ids=ids, attention_mask=attn).logits, ids, mask)
+            num = nll_numerator(logp, mask)
+            self.engine.backward(num * scale, scale_wrt_gas=False)
+            nll += float(num.detach())
+        self.engine.step()
+        gn = self.engine.get_global_grad_norm()
+        tokens = int(all_sum(sum(int(b.attention_mask.sum()) for b in batches)))
+        wall = time.perf_counter() - t0
+        return {"loss/nll": all_sum(nll) / max(denom, 1.0), "grad_norm": float(gn) if gn is not None else float("nan"),
+                "policy_tokens": int(denom), "tokens_per_s": tokens / max(wall, 1e-9), "time/step": wall}
+
+    # -- data -----------------------------------------------------------------------------------------
+    def round_data(self, r: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """The round's training trajectories (read back from `OUT/data/round-R.jsonl` when a resumed run
+        built them already) and what building them measured."""
+        from sleuth.tasks import LeakageError, check_texts
+
+        path = self.out / "data" / f"round-{r}.jsonl"
+        metrics: dict[str, float] = {}
+        if path.exists():
+            data = read_trajectories(path)
+        else:
+            data, metrics = self._build(r)
+            if self.rank == 0:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text("".join(t.to_json() + "\n" for t in data), encoding="utf-8")
+            dist.barrier()
+        try:  # the held-out check runs on every round's data, file-based or sampled
+            check_texts([(t.task_id, self.tokenizer.decode(t.prompt_ids)) for t in data], self.held_out,
+                        f"SFT data round {r}")
+        except LeakageError as e:
+            raise ConfigError(str(e)) from None
+        return data, metrics
+
+    def _build(self, r: int) -> tuple[list[Trajectory], dict[str, float]]:
+        d = self.cfg.data
+        if d.source == "chat":
+            from sleuth.agents.chat import ChatRenderer
+
+            renderer = ChatRenderer(self.tokenizer)
+            return [chat_to_trajectory(m, renderer, i) for i, m in read_chats(d.path)], {}
+        if d.source == "trajectories":
+            everything = read_trajectories(d.path)
+            kept = accepted(everything, d.min_score)
+            return kept, {"data/accept_rate": len(kept) / max(len(everything), 1), "data/accepted": len(kept)}
+        if d.source == "oracle":
+            from sleuth.agents.policies import load_policy
+
+            policy = load_policy("oracle", tokenizer_model=self.model_path)
+            sampled = self._episodes(policy, [t for t in self.tasks[self.rank::self.world]], r)
+        else:
+            sampled = self._episodes(self._policy(), [t for t in self.tasks[self.rank::self.world]
+                                                      for _ in range(d.samples)], r)
+        kept = accepted(sampled, d.min_score)
+        parts: list[Any] = [None] * self.world
+        dist.all_gather_object(parts, ([t.to_dict() for t in kept], [score(t) for t in sampled]))
+        kept = [Trajectory.from_dict(t) for p in parts for t in p[0]]
+        scores = [s for p in parts for s in p[1]]
+        return kept, {"data/accepted": len(kept), "data/sampled": len(scores),
+                      "data/accept_rate": len(kept) / max(len(scores), 1),
+                      "data/sampled_score": float(np.mean(scores)) if scores else 0.0}
+
+    def _policy(self) -> Any:
+        """The rejection sampler: a transformers engine holding the current weights (sync verified)."""
+        from sleuth.agents.chat import ChatRenderer
+        from sleuth.training.rollout import TransformersRollout
+        from sleuth.training.trainer import PROBE
+
+        if self._rollout is None:
+            self._rollout = TransformersRollout(self.model_path, str(device()), self.dtype,
+                                                ChatRenderer(self.tokenizer).prompt_ids(PROBE), 1e-3,
+                                                max_batch=self.cfg.data.concurrency)
+        self._rollout.sync(self.engine.module)
+        return self._rollout.policy
+
+    def _episodes(self, policy: Any, tasks: list[Any], r: int) -> list[Trajectory]:
+        import sleuth
+        from sleuth.agents.loop import run_episodes
+        from sleuth.agents.policy import SamplingParams
+
+        d = self.cfg.data
+        seed = (self.cfg.seed * 1_000_003 + r * 1009 + self.rank) % (2**31)
+        sampling = SamplingParams(max_tokens=d.max_tokens, temperature=d.temperature, seed=seed)
+        trajs = list(run_episodes(lambda: sleuth.make(d.env, **d.env_args), tasks, policy, sampling,
+                                  d.concurrency, env_id=d.env))
+        for t in trajs:
+            t.meta["sft_source"] = f"{d.source} round {r}"
+        return trajs
