@@ -327,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--env", default="sleuth/DocRead-v0")
     e.add_argument("--tasks", required=True, help="NAME:SPLIT or NAME:PATH (e.g. hotpotqa:test)")
     e.add_argument("--policy", default="smollm2",
-                   help="comma list of: smollm2, random, first-k, oracle, a local model path or a hub id")
+                   help="comma list of: smollm2, random, first-k, oracle, oracle-title, a local model path or a hub id")
     e.add_argument("--harness", default="json", help="comma list of tool-call formats: json, text")
     e.add_argument("--limit", type=int, default=None)
     e.add_argument("--out", required=True)

@@ -1,4 +1,4 @@
-"""`load_policy("smollm2" | "random" | "first-k" | "oracle" | "noop" | <local path> | <hub id>)`."""
+"""`load_policy("smollm2" | "random" | "first-k" | "oracle" | "oracle-title" | "noop" | <local path> | <hub id>)`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from sleuth.agents.policy import Policy
 
-SCRIPTED = ("random", "first-k", "oracle", "noop")
+SCRIPTED = ("random", "first-k", "oracle", "oracle-title", "noop")
 
 
 def load_tokenizer(model: str = "smollm2") -> Any:
@@ -22,7 +22,7 @@ def load_policy(spec: str, tokenizer_model: str = "smollm2", seed: int = 0, **kw
     from sleuth.agents import scripted
 
     classes = {"random": scripted.RandomReader, "first-k": scripted.FirstKReader, "oracle": scripted.Oracle,
-               "noop": scripted.Noop}
+               "oracle-title": scripted.TitleOracle, "noop": scripted.Noop}
     if spec in classes:
         return classes[spec](load_tokenizer(tokenizer_model), seed=seed)
     from sleuth.agents.hf import TransformersPolicy

@@ -123,6 +123,26 @@ class Oracle(_Reader):
         raise ValueError(f"the oracle knows no final tool among {sorted(tools)} (expects submit or answer)")
 
 
+class TitleOracle(Oracle):
+    """The oracle reading by title (`read Harvey Pekar`, which DocRead resolves like a number), the gold
+    document whose title the question names first. As demonstrations, its read targets are spans a small
+    model can copy from the question and the title list ("read what the question is about"); the plain
+    oracle's numbers teach where gold documents happened to sit."""
+
+    name = "oracle-title"
+
+    def plan(self, req: Request) -> list[int]:
+        question = req.task.question.lower()
+        docs = req.task.payload["docs"]
+        return sorted(super().plan(req), key=lambda i: docs[i]["title"].lower() not in question)  # stable
+
+    def act(self, req: Request) -> ToolCall:
+        call = super().act(req)
+        if call.name == "read" and "docs" in req.task.payload:
+            return ToolCall("read", {"doc": req.task.payload["docs"][call.arguments["doc"]]["title"]})
+        return call
+
+
 class Noop(ScriptedPolicy):
     """Ends the episode at once through the env's first final tool with no arguments (SWE: submits no
     change). A floor: it must score 0 wherever doing nothing is wrong."""

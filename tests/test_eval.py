@@ -76,3 +76,21 @@ def test_real_model_eval_writes_a_non_empty_report(tmp_path):
     assert all(t.turns and t.turns[0].action_text for t in trajs)
     report = (tmp_path / "report.md").read_text()
     assert "## First episodes" in report and "smollm2" in report
+
+
+def test_title_oracle_reads_by_title_the_named_document_first(tmp_path):
+    """`oracle-title` reads the gold documents by title (the question's own entity first) and scores like
+    the oracle; its reads resolve to the same documents."""
+    assert run_eval(tmp_path, "--policy", "oracle-title", "--harness", "text", "--limit", "8") == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["f1"] == 1.0 and summary["support_recall"] == 1.0 and summary["tool_call_error_rate"] == 0.0
+    from sleuth.tasks import load_tasks
+
+    tasks = {t.id: t for t in load_tasks("hotpotqa:test", limit=8)}
+    for t in load_trajectories(tmp_path / "trajectories.jsonl"):
+        task = tasks[t.task_id]
+        first = t.turns[0]
+        assert first.action_text == f"read {first.read.title}" and first.read.gold
+        named = [x for x in task.payload["supporting"] if x.lower() in task.question.lower()]
+        if named:
+            assert first.read.title in named

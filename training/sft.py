@@ -36,10 +36,13 @@ from sleuth.training.sft_data import (
 )
 from sleuth.training.update import all_max, all_sum
 
+DEMONSTRATORS = ("oracle", "oracle-title")
+
 
 @dataclass
 class SFTDataConfig:
     source: str = "oracle"  # oracle | rejection | trajectories | chat (see training.sft_data)
+    demonstrator: str = "oracle"  # source oracle: the scripted oracle (reads by number) or oracle-title (by title)
     tasks: str = "hotpotqa:train"  # the tasks episodes run on; its source's test split is always held out
     task_limit: int | None = None
     env: str = "DocRead-v0"
@@ -62,6 +65,8 @@ class SFTDataConfig:
             raise ValueError("data.rounds, data.samples, data.max_tokens and data.concurrency must be ≥ 1")
         if self.rounds > 1 and self.source != "rejection":
             raise ValueError(f"data.rounds > 1 re-samples from the policy: only source rejection has rounds, not {self.source}")
+        if self.demonstrator not in DEMONSTRATORS:
+            raise ValueError(f"data.demonstrator must be one of {', '.join(DEMONSTRATORS)}; got {self.demonstrator!r}")
         if not self.temperature > 0:
             raise ValueError(f"data.temperature must be > 0 for sampling, got {self.temperature}")
 
@@ -149,6 +154,8 @@ class SFTTrainer:
                 if not data:
                     raise ConfigError(f"round {r}: no training data (every episode scored below data.min_score "
                                       f"{cfg.data.min_score}, or the file holds none)")
+                bar.total = (bar.total or 0) + cfg.epochs * -(-len(data) // cfg.batch_size)
+                bar.refresh()
                 for epoch in range(cfg.epochs):
                     order = np.random.default_rng([cfg.seed, r, epoch]).permutation(len(data))
                     for start in range(0, len(order), cfg.batch_size):
@@ -249,7 +256,7 @@ class SFTTrainer:
         if d.source == "oracle":
             from sleuth.agents.policies import load_policy
 
-            policy = load_policy("oracle", tokenizer_model=self.model_path)
+            policy = load_policy(d.demonstrator, tokenizer_model=self.model_path)
             sampled = self._episodes(policy, [t for t in self.tasks[self.rank::self.world]], r)
         else:
             sampled = self._episodes(self._policy(), [t for t in self.tasks[self.rank::self.world]
