@@ -71,14 +71,20 @@ $(VERL_STAMP): Makefile $(STAMP)
 
 verl: $(VERL_STAMP)
 
-# Main job: SmolLM2 and the scripted baselines on a held-out HotpotQA slice (both harnesses) → a few CIGPO
-# steps (GRPO + information-gain step rewards) of SmolLM2 on the train split → the trained model on the same
-# slice → a paired before/after comparison.
+# Main job: SmolLM2 and the scripted baselines on a held-out HotpotQA slice (both harnesses) → a warm start
+# (SFT on title-reading oracle episodes of the train split) → a few CIGPO steps (GRPO + information-gain step
+# rewards) from the warm start → the warm-started and the trained model on the same slice → paired
+# comparisons against the untrained model.
 # Re-running continues where it stopped (finished episodes and checkpoints are kept).
 run: setup
 	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
 		--policy oracle,first-k,random,smollm2 --harness text,json --out runs/main
-	$(VENV)/bin/sleuth train --config configs/docread_cigpo.yaml --out runs/main/train --max-steps $(STEPS) --resume
+	$(VENV)/bin/sleuth sft --config configs/docread_sft.yaml --out runs/main/sft --resume
+	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
+		--policy runs/main/sft/hf --harness text --out runs/main/sft-text
+	$(VENV)/bin/sleuth compare runs/main/smollm2-text runs/main/sft-text --out runs/main/warm-start
+	$(VENV)/bin/sleuth train --config configs/docread_cigpo.yaml --out runs/main/train --max-steps $(STEPS) --resume \
+		--set model=runs/main/sft/hf
 	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
 		--policy runs/main/train/hf --harness text --out runs/main/trained-text
 	$(VENV)/bin/sleuth compare runs/main/smollm2-text runs/main/trained-text --out runs/main/before-after

@@ -6,6 +6,7 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -212,62 +213,64 @@ def cmd_build_swe(args: argparse.Namespace) -> int:
                                                        f"after {summary['tried']} mutants (raise --max-tries)")
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from sleuth.training.config import ConfigError, load_config
-
+def _run_config(args: argparse.Namespace, load: Callable[..., Any]) -> Any:
+    """A `sleuth train` / `sleuth sft` config: the YAML, then `--out`, `--max-steps` and `--set` on top."""
     overrides = _kv(args.set, flag="--set")
     if args.out:
         overrides["out"] = args.out
     if args.max_steps is not None:
         overrides["max_steps"] = args.max_steps
-    try:
-        cfg = load_config(args.config, overrides)
-    except ConfigError as e:
-        return _fail(str(e))
-    from sleuth.training.trainer import Trainer
+    return load(args.config, overrides)
+
+
+def _run_training(args: argparse.Namespace, load: Callable[..., Any], trainer_class: Callable[[], Any],
+                  done: str, metric: str) -> int:
+    """`sleuth train` and `sleuth sft`: validate the config before anything heavy is imported, build the
+    trainer, train, then rank 0 plots the curves (`OUT/training.png`) and says where the run stopped."""
+    from sleuth.training.config import ConfigError
 
     try:
-        trainer = Trainer(cfg, resume=args.resume)
+        cfg = _run_config(args, load)
+    except ConfigError as e:
+        return _fail(str(e))
+    try:
+        trainer = trainer_class()(cfg, resume=args.resume)
     except (ConfigError, FileNotFoundError, ValueError) as e:
         return _fail(str(e))
-    rows = trainer.train()
+    try:
+        rows = trainer.train()
+    except ConfigError as e:  # found while building data (e.g. held-out questions in SFT data)
+        return _fail(str(e))
     if trainer.rank == 0:
         from sleuth.training.metrics import plot_run
 
-        plot_run(Path(cfg.out))
+        if (Path(cfg.out) / "metrics.jsonl").exists():
+            plot_run(Path(cfg.out))
         last = rows[-1] if rows else {}
-        print(f"trained to step {trainer.step} in {cfg.out}; last reward/mean {last.get('reward/mean', float('nan')):.3f}")
+        print(f"{done} to step {trainer.step} in {cfg.out}; last {metric} {last.get(metric, float('nan')):.4f}")
     return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from sleuth.training.config import load_config
+
+    def trainer():
+        from sleuth.training.trainer import Trainer
+
+        return Trainer
+
+    return _run_training(args, load_config, trainer, "trained", "reward/mean")
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from sleuth.training.config import ConfigError
     from sleuth.training.sft import load_sft_config
 
-    overrides = _kv(args.set, flag="--set")
-    if args.out:
-        overrides["out"] = args.out
-    if args.max_steps is not None:
-        overrides["max_steps"] = args.max_steps
-    try:
-        cfg = load_sft_config(args.config, overrides)
-    except ConfigError as e:
-        return _fail(str(e))
-    from sleuth.training.sft import SFTTrainer
+    def trainer():
+        from sleuth.training.sft import SFTTrainer
 
-    try:
-        trainer = SFTTrainer(cfg, resume=args.resume)
-        rows = trainer.train()
-    except (ConfigError, FileNotFoundError, ValueError) as e:
-        return _fail(str(e))
-    if trainer.rank == 0:
-        from sleuth.training.metrics import plot_run
+        return SFTTrainer
 
-        if rows or (Path(cfg.out) / "metrics.jsonl").exists():
-            plot_run(Path(cfg.out))
-        last = rows[-1] if rows else {}
-        print(f"fine-tuned to step {trainer.step} in {cfg.out}; last loss/nll {last.get('loss/nll', float('nan')):.4f}")
-    return 0
+    return _run_training(args, load_sft_config, trainer, "fine-tuned", "loss/nll")
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -402,22 +405,18 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--max-tries", type=int, help="mutants to try at most (default 8 x n)")
     bs.add_argument("--test-deps", default="", help="comma list of extra requirements its tests need")
     bs.set_defaults(fn=cmd_build_swe)
-    t = sub.add_parser("train", help="train a policy with a YAML config (GRPO family on DeepSpeed ZeRO)")
-    t.add_argument("--config", help="YAML config (configs/*.yaml); every key has a default")
-    t.add_argument("--out", help="run directory (overrides the config's out)")
-    t.add_argument("--max-steps", type=int, help="overrides the config's max_steps")
-    t.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
-    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override any config key, e.g. --set rollout.group_size=8 (repeatable)")
-    t.set_defaults(fn=cmd_train)
-    ft = sub.add_parser("sft", help="supervised fine-tuning on trajectories (oracle, rejection sampling, files, chats)")
-    ft.add_argument("--config", help="YAML config (configs/*sft*.yaml); every key has a default")
-    ft.add_argument("--out", help="run directory (overrides the config's out)")
-    ft.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
-    ft.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
-    ft.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override any config key, e.g. --set data.source=rejection (repeatable)")
-    ft.set_defaults(fn=cmd_sft)
+    for name, fn, help_, example in (
+            ("train", cmd_train, "train a policy with a YAML config (GRPO family on DeepSpeed ZeRO)", "rollout.group_size=8"),
+            ("sft", cmd_sft, "supervised fine-tuning on trajectories (oracle, rejection sampling, files, chats)",
+             "data.source=rejection")):
+        t = sub.add_parser(name, help=help_)
+        t.add_argument("--config", help="YAML config (configs/*.yaml); every key has a default")
+        t.add_argument("--out", help="run directory (overrides the config's out)")
+        t.add_argument("--max-steps", type=int, help="overrides the config's max_steps")
+        t.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
+        t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help=f"override any config key, e.g. --set {example} (repeatable)")
+        t.set_defaults(fn=fn)
     pl = sub.add_parser("plot", help="plot a training run's metrics to RUN/training.png")
     pl.add_argument("run")
     pl.set_defaults(fn=cmd_plot)
