@@ -34,7 +34,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     import sleuth
-    from sleuth.agents.evaluate import evaluate
+    from sleuth.agents.evaluate import evaluate, policy_identity
     from sleuth.agents.policies import load_policy
     from sleuth.agents.policy import SamplingParams
     from sleuth.agents.report import write_comparison
@@ -58,6 +58,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
     out = Path(args.out)
     multi = len(policies) * len(harnesses) > 1
+    names = _run_names(policies)
     summaries = []
     for spec in policies:
         try:
@@ -65,13 +66,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
         except Exception as e:  # a missing path, an unreachable hub id, a directory without weights
             return _fail(f"cannot load policy {spec!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         for harness in harnesses:
-            run = f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', Path(spec).name)}-{harness}"
+            run = f"{names[spec]}-{harness}"
+            identity = {"env": args.env, "env_args": env_args, "harness": harness, "policy": policy_identity(spec),
+                        "tasks": args.tasks, "limit": args.limit, "samples": args.samples,
+                        "sampling": {"max_tokens": args.max_tokens, "temperature": args.temperature, "seed": args.seed}}
             try:
                 summary = evaluate(
                     lambda h=harness: sleuth.make(args.env, harness=h, **env_args), tasks, policy,
                     out / run if multi else out, sampling, args.concurrency, args.env,
                     meta={"tasks": args.tasks, "harness": harness, "run": run}, resume=not args.no_resume,
-                    samples=args.samples, env_workers=args.env_workers,
+                    samples=args.samples, env_workers=args.env_workers, identity=identity,
                 )
             except ValueError as e:  # e.g. a baseline that does not apply to this env
                 return _fail(f"{run}: {e} (finished episodes are kept in {out})")
@@ -84,6 +88,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(json.dumps(summaries[0], indent=2))
         print(f"report: {out / 'report.md'}")
     return 0
+
+
+def _run_names(specs: list[str]) -> dict[str, str]:
+    """A directory name per policy: its last path part (`oracle`, `hf`), widened with the parent folder's
+    name where two policies would share one (`sft_hf`, `train_hf`)."""
+    clean = lambda s: re.sub(r"[^A-Za-z0-9_.-]+", "_", s)  # noqa: E731
+    short = {s: clean(Path(s).name) for s in specs}
+    taken = [n for n in short.values()]
+    return {s: clean(f"{Path(s).parent.name}_{Path(s).name}") if taken.count(n) > 1 else n for s, n in short.items()}
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -1,8 +1,13 @@
 """Held-out evaluation: run a policy on tasks, append each finished trajectory to
-`trajectories.jsonl` at once (so an interrupted run resumes where it stopped), then summarise."""
+`trajectories.jsonl` at once (so an interrupted run resumes where it stopped), then summarise.
+
+A run directory records what it is a run of (`run.json`: env, env arguments, harness, policy and a
+fingerprint of its weights, tasks, limit, sampling, samples); resuming into a directory that holds another
+run's episodes is refused, so one directory never reports two runs as one."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections import Counter
@@ -80,6 +85,45 @@ def summarise(trajs: Sequence[Trajectory], wall_time_s: float, meta: dict[str, A
     return summary
 
 
+RUN_FILE = "run.json"
+
+
+class RunMismatchError(ValueError):
+    """The output directory holds episodes of a different run."""
+
+
+def check_run_identity(out: Path, identity: dict[str, Any], has_episodes: bool) -> None:
+    """Refuse to resume into `out` when its episodes belong to another run; record `identity` otherwise."""
+    path = out / RUN_FILE
+    if has_episodes:
+        if not path.exists():
+            raise RunMismatchError(f"{out} holds episodes of an unrecorded run (no {RUN_FILE}): pass --no-resume to "
+                                   "start over there, or choose another --out")
+        old = json.loads(path.read_text(encoding="utf-8"))
+        diff = [k for k in sorted(set(old) | set(identity)) if old.get(k) != identity.get(k)]
+        if diff:
+            said = "; ".join(f"{k}: {old.get(k)!r} there, {identity.get(k)!r} now" for k in diff)
+            raise RunMismatchError(f"{out} holds another run's episodes ({said}): choose another --out, or pass "
+                                   "--no-resume to replace them")
+    path.write_text(json.dumps(identity, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def policy_identity(spec: str) -> dict[str, Any]:
+    """The policy as a run's identity sees it: its spec, and for a local model directory its absolute path
+    and a hash of its weights and config (a retrained model in the same place is another policy; the same
+    weights exported again are not)."""
+    path = Path(spec)
+    if not path.is_dir():
+        return {"spec": spec}
+    digest = hashlib.sha256()
+    for p in sorted(path.iterdir()):
+        if p.is_file() and (p.suffix in (".safetensors", ".bin", ".gguf") or p.name == "config.json"):
+            digest.update(p.name.encode())
+            with open(p, "rb") as f:
+                digest.update(hashlib.file_digest(f, "sha256").digest())
+    return {"spec": spec, "path": str(path.resolve()), "weights": digest.hexdigest()[:16]}
+
+
 def evaluate(
     make_env: Callable[[], gymnasium.Env],
     tasks: Sequence[Task],
@@ -93,15 +137,20 @@ def evaluate(
     progress: bool = True,
     samples: int = 1,
     env_workers: int = 0,
+    identity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Evaluate and write `trajectories.jsonl`, `summary.json`, `report.md` and `report.png` in `out_dir`.
-    `samples` episodes per task (pass@k is reported; sample with temperature > 0 for it to mean anything)."""
+    `samples` episodes per task (pass@k is reported; sample with temperature > 0 for it to mean anything).
+    `identity` (what this run is; `sleuth eval` passes it) is checked against the directory's before
+    resuming (`RunMismatchError`)."""
     from sleuth.agents.report import write_report
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     traj_path, summary_path = out / "trajectories.jsonl", out / "summary.json"
     done = load_trajectories(traj_path) if resume else []
+    if identity is not None:
+        check_run_identity(out, identity, bool(done))
     if not resume or not done:
         traj_path.write_text("", encoding="utf-8")
     else:  # rewrite without any torn last line before appending

@@ -94,3 +94,56 @@ def test_title_oracle_reads_by_title_the_named_document_first(tmp_path):
         named = [x for x in task.payload["supporting"] if x.lower() in task.question.lower()]
         if named:
             assert first.read.title in named
+
+
+def test_resume_refuses_another_runs_directory_and_loses_nothing(tmp_path, capsys):
+    """Reusing an --out once reported another run's results as this one's (random "scoring" the oracle's
+    1.0). Now the directory records its run and a different one is refused, its episodes untouched."""
+    assert run_eval(tmp_path, "--policy", "oracle", "--limit", "3") == 0
+    before = (tmp_path / "trajectories.jsonl").read_text()
+    capsys.readouterr()
+    assert run_eval(tmp_path, "--policy", "random", "--limit", "3") != 0
+    err = capsys.readouterr().err
+    assert "holds another run's episodes" in err and "'oracle'" in err and "'random'" in err
+    assert (tmp_path / "trajectories.jsonl").read_text() == before
+    assert main(["eval", "--env", "sleuth/DocRead-v0", "--tasks", "hotpotqa:dev", "--out", str(tmp_path),
+                 "--policy", "oracle", "--limit", "3"]) != 0  # another task set
+    assert run_eval(tmp_path, "--policy", "oracle", "--limit", "3", "--harness", "text") != 0  # another harness
+    assert run_eval(tmp_path, "--policy", "oracle", "--limit", "3") == 0  # the same run resumes
+    assert run_eval(tmp_path, "--policy", "random", "--limit", "3", "--no-resume") == 0  # replaced on request
+    assert json.loads((tmp_path / "summary.json").read_text())["policy"] == "random"
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    (legacy / "trajectories.jsonl").write_text((tmp_path / "trajectories.jsonl").read_text())
+    assert run_eval(legacy, "--policy", "random", "--limit", "3") != 0  # episodes without a recorded run
+    assert "unrecorded run" in capsys.readouterr().err
+
+
+def test_two_models_named_alike_get_their_own_directories(tmp_path, tiny_model_dir):
+    import shutil
+
+    for name in ("a", "b"):
+        shutil.copytree(tiny_model_dir, tmp_path / name / "hf")
+    specs = f"{tmp_path / 'a' / 'hf'},{tmp_path / 'b' / 'hf'}"
+    assert run_eval(tmp_path / "out", "--policy", specs, "--harness", "text", "--limit", "1", "--max-tokens", "4") == 0
+    assert {p.name for p in (tmp_path / "out").iterdir() if p.is_dir()} == {"a_hf-text", "b_hf-text"}
+
+
+def test_the_same_weights_exported_again_still_resume(tmp_path, tiny_model_dir):
+    """`make run` re-exports a finished model on every run: same weights, same run; other weights, another."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model_dir = tmp_path / "hf"
+    shutil.copytree(tiny_model_dir, model_dir)
+    args = ("--policy", str(model_dir), "--harness", "text", "--limit", "1", "--max-tokens", "4")
+    assert run_eval(tmp_path / "out", *args) == 0
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    model.save_pretrained(model_dir)  # written again, same tensors
+    assert run_eval(tmp_path / "out", *args) == 0
+    with torch.no_grad():
+        next(model.parameters()).add_(0.01)
+    model.save_pretrained(model_dir)
+    assert run_eval(tmp_path / "out", *args) != 0
