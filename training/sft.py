@@ -108,7 +108,7 @@ class SFTTrainer:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from sleuth.agents.models import resolve_model
-        from sleuth.tasks import LeakageError, held_out_specs, load_held_out, load_tasks
+        from sleuth.tasks import LeakageError, check_tasks, held_out_specs, load_held_out, load_tasks
 
         self.cfg, self.progress = cfg, progress
         self.rank, self.world = init_distributed()
@@ -122,6 +122,10 @@ class SFTTrainer:
         except LeakageError as e:
             raise ConfigError(str(e)) from None
         self.tasks = load_tasks(d.tasks, limit=d.task_limit) if d.source in ("oracle", "rejection") else []
+        try:  # before any model loads; the data each round builds is checked again in `round_data`
+            check_tasks(self.tasks, self.held_out, f"data.tasks {d.tasks}")
+        except LeakageError as e:
+            raise ConfigError(str(e)) from None
         self.model_path = str(resolve_model(cfg.model))
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -236,7 +240,7 @@ class SFTTrainer:
                 path.write_text("".join(t.to_json() + "\n" for t in data), encoding="utf-8")
             dist.barrier()
         try:  # the held-out check runs on every round's data, file-based or sampled
-            check_texts([(t.task_id, self.tokenizer.decode(t.prompt_ids)) for t in data], self.held_out,
+            check_texts([(t.task_id, self.tokenizer.decode(t.token_ids())) for t in data], self.held_out,
                         f"SFT data round {r}")
         except LeakageError as e:
             raise ConfigError(str(e)) from None
