@@ -34,7 +34,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     import sleuth
-    from sleuth.agents.evaluate import evaluate, policy_identity
+    from sleuth.agents.evaluate import evaluate, load_trajectories, policy_identity
     from sleuth.agents.policies import load_policy
     from sleuth.agents.policy import SamplingParams
     from sleuth.agents.report import write_comparison
@@ -80,6 +80,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
             except ValueError as e:  # e.g. a baseline that does not apply to this env
                 return _fail(f"{run}: {e} (finished episodes are kept in {out})")
             summaries.append(summary)
+            if summary["n"] == 0:  # nothing ran (e.g. DocRead on tasks without documents): not a result
+                errors = [t.error for t in load_trajectories((out / run if multi else out) / "trajectories.jsonl")
+                          if t.error]
+                return _fail(f"{run}: no episode ran ({summary['failed']} failed"
+                             f"{': ' + errors[0] if errors else ''}); the report in {out} lists every error")
     if multi:
         write_comparison(out, summaries)
         _print_table(summaries)

@@ -147,3 +147,12 @@ def test_the_same_weights_exported_again_still_resume(tmp_path, tiny_model_dir):
         next(model.parameters()).add_(0.01)
     model.save_pretrained(model_dir)
     assert run_eval(tmp_path / "out", *args) != 0
+
+
+def test_a_run_where_no_episode_ran_fails_and_says_why(tmp_path, capsys):
+    """DocRead on MBPP tasks (no documents) used to exit 0 with n = 0, the errors only in report.md."""
+    code = main(["eval", "--env", "sleuth/DocRead-v0", "--tasks", "mbpp", "--limit", "2", "--policy", "oracle",
+                 "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code != 0 and "no episode ran (2 failed" in err and "has no payload['docs']" in err
+    assert len(load_trajectories(tmp_path / "trajectories.jsonl")) == 2  # the failed episodes are kept
