@@ -288,6 +288,8 @@ class SFTTrainer:
         return self._rollout.policy
 
     def _episodes(self, policy: Any, tasks: list[Any], r: int) -> list[Trajectory]:
+        from tqdm import tqdm
+
         import sleuth
         from sleuth.agents.loop import run_episodes
         from sleuth.agents.policy import SamplingParams
@@ -295,8 +297,10 @@ class SFTTrainer:
         d = self.cfg.data
         seed = (self.cfg.seed * 1_000_003 + r * 1009 + self.rank) % (2**31)
         sampling = SamplingParams(max_tokens=d.max_tokens, temperature=d.temperature, seed=seed)
-        trajs = list(run_episodes(lambda: sleuth.make(d.env, **d.env_args), tasks, policy, sampling,
-                                  d.concurrency, env_id=d.env))
+        episodes = run_episodes(lambda: sleuth.make(d.env, **d.env_args), tasks, policy, sampling, d.concurrency,
+                                env_id=d.env)
+        trajs = list(tqdm(episodes, total=len(tasks), desc=f"{d.source} round {r}",
+                          disable=not self.progress or self.rank != 0))
         for t in trajs:
             t.meta["sft_source"] = f"{d.source} round {r}"
         return trajs
