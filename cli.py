@@ -5,22 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-
-def _kv(items: list[str], flag: str = "--env-arg") -> dict[str, Any]:
-    import yaml
-
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise SystemExit(f"error: {flag} wants KEY=VALUE, got {item!r}")
-        key, value = item.split("=", 1)
-        out[key] = yaml.safe_load(value)
-    return out
+from sleuth.cli_args import fail as _fail
+from sleuth.cli_args import parse_kv as _kv
+from sleuth.cli_train import add_training_parsers
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
@@ -231,77 +221,6 @@ def cmd_build_swe(args: argparse.Namespace) -> int:
                                                        f"after {summary['tried']} mutants (raise --max-tries)")
 
 
-def _run_config(args: argparse.Namespace, load: Callable[..., Any]) -> Any:
-    """A `sleuth train` / `sleuth sft` config: the YAML, then `--out`, `--max-steps` and `--set` on top."""
-    overrides = _kv(args.set, flag="--set")
-    if args.out:
-        overrides["out"] = args.out
-    if args.max_steps is not None:
-        overrides["max_steps"] = args.max_steps
-    return load(args.config, overrides)
-
-
-def _run_training(args: argparse.Namespace, load: Callable[..., Any], trainer_class: Callable[[], Any],
-                  done: str, metric: str) -> int:
-    """`sleuth train` and `sleuth sft`: validate the config before anything heavy is imported, build the
-    trainer, train, then rank 0 plots the curves (`OUT/training.png`) and says where the run stopped."""
-    from sleuth.training.config import ConfigError
-
-    try:
-        cfg = _run_config(args, load)
-    except ConfigError as e:
-        return _fail(str(e))
-    try:
-        trainer = trainer_class()(cfg, resume=args.resume)
-    except (ConfigError, FileNotFoundError, ValueError) as e:
-        return _fail(str(e))
-    try:
-        rows = trainer.train()
-    except ConfigError as e:  # found while building data (e.g. held-out questions in SFT data)
-        return _fail(str(e))
-    if trainer.rank == 0:
-        from sleuth.training.metrics import plot_run
-
-        if (Path(cfg.out) / "metrics.jsonl").exists():
-            plot_run(Path(cfg.out))
-        last = rows[-1] if rows else {}
-        print(f"{done} to step {trainer.step} in {cfg.out}; last {metric} {last.get(metric, float('nan')):.4f}")
-    return 0
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    from sleuth.training.config import load_config
-
-    def trainer():
-        from sleuth.training.trainer import Trainer
-
-        return Trainer
-
-    return _run_training(args, load_config, trainer, "trained", "reward/mean")
-
-
-def cmd_sft(args: argparse.Namespace) -> int:
-    from sleuth.training.sft import load_sft_config
-
-    def trainer():
-        from sleuth.training.sft import SFTTrainer
-
-        return SFTTrainer
-
-    return _run_training(args, load_sft_config, trainer, "fine-tuned", "loss/nll")
-
-
-def cmd_plot(args: argparse.Namespace) -> int:
-    from sleuth.training.metrics import plot_run
-
-    try:
-        for p in plot_run(Path(args.run)):
-            print(p)
-    except FileNotFoundError as e:
-        return _fail(str(e))
-    return 0
-
-
 def _read_queries(path: str, id_field: str, text_field: str) -> list[tuple[str, str]]:
     if not Path(path).is_file():
         raise FileNotFoundError(f"queries file not found: {path}")
@@ -315,11 +234,6 @@ def _read_queries(path: str, id_field: str, text_field: str) -> list[tuple[str, 
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise ValueError(f"{path}:{i + 1}: a query line needs {id_field!r} and {text_field!r} ({e})") from e
     return out
-
-
-def _fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 2
 
 
 def _print_table(summaries: list[dict[str, Any]]) -> None:
@@ -423,21 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--max-tries", type=int, help="mutants to try at most (default 8 x n)")
     bs.add_argument("--test-deps", default="", help="comma list of extra requirements its tests need")
     bs.set_defaults(fn=cmd_build_swe)
-    for name, fn, help_, example in (
-            ("train", cmd_train, "train a policy with a YAML config (GRPO family on DeepSpeed ZeRO)", "rollout.group_size=8"),
-            ("sft", cmd_sft, "supervised fine-tuning on trajectories (oracle, rejection sampling, files, chats)",
-             "data.source=rejection")):
-        t = sub.add_parser(name, help=help_)
-        t.add_argument("--config", help="YAML config (configs/*.yaml); every key has a default")
-        t.add_argument("--out", help="run directory (overrides the config's out)")
-        t.add_argument("--max-steps", type=int, help="overrides the config's max_steps")
-        t.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
-        t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help=f"override any config key, e.g. --set {example} (repeatable)")
-        t.set_defaults(fn=fn)
-    pl = sub.add_parser("plot", help="plot a training run's metrics to RUN/training.png")
-    pl.add_argument("run")
-    pl.set_defaults(fn=cmd_plot)
+    add_training_parsers(sub)
     return p
 
 

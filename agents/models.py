@@ -42,7 +42,8 @@ def embedded_model_dir() -> Path:
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # save_pretrained refuses a GGUF-loaded model; a fresh model with the same (dense float32) weights
-    # saves normally. Dropping quantization_config lets trainers fine-tune it (CONTRACTS.md).
+    # saves normally. Dropping quantization_config lets trainers fine-tune it (TRL, verl and transformers'
+    # Trainer refuse to train a model whose config says it is quantised).
     config = quantised.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config

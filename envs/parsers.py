@@ -120,7 +120,8 @@ class JSONParser:
 
 
 class TextParser:
-    """Plain-text commands for small models that follow JSON poorly (FINDINGS.md): `read 3`,
+    """Plain-text commands for small models that follow JSON poorly (SmolLM2-135M makes an invalid JSON tool
+    call in most turns): `read 3`,
     `answer: Denise Levertov`. Deliberately lenient, because a 135M model rarely starts its reply with the
     command: the earliest mention of a tool name that carries an argument counts, with light filler
     allowed ("The answer is: X", "answer to the question is X"); an empty rest of line takes the next

@@ -127,16 +127,16 @@ class CWGRPO(Estimator):
 
     def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> Advantages:
         adv = self.outcome.trajectory_advantages(trajs)
-        out = []
+        out, judged = [], 0
         for traj, a in zip(trajs, adv, strict=True):
             k = len(traj.turns) - 1
             if a <= 0 or k == 0:
                 out.append(per_token(traj, a))
                 continue
-            self.judged += 1
+            judged += 1
             c = normalise([u * v for u, v in self.judge(traj, tasks[traj.task_id])], self.gamma)
             out.append(per_turn(traj, [*(a * k * c).tolist(), a]))
-        judged = sum(1 for traj, a in zip(trajs, adv, strict=True) if a > 0 and len(traj.turns) > 1)
+        self.judged += judged
         return Advantages(out, {"cw_grpo/judged": [float(judged)]})
 
 

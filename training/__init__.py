@@ -1,1 +1,1 @@
-"""Training: losses, the trainer loop and the DeepSpeed ZeRO engine: see the training issue."""
+"""Training: losses, the RL trainer loop, supervised fine-tuning and the DeepSpeed ZeRO engine (docs/training.md)."""

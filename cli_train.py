@@ -1,0 +1,100 @@
+"""The training subcommands of `sleuth`: `train` (RL), `sft` (supervised fine-tuning) and `plot`."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sleuth.cli_args import fail, parse_kv
+
+
+def _run_config(args: argparse.Namespace, load: Callable[..., Any]) -> Any:
+    """A `sleuth train` / `sleuth sft` config: the YAML, then `--out`, `--max-steps` and `--set` on top."""
+    overrides = parse_kv(args.set, flag="--set")
+    if args.out:
+        overrides["out"] = args.out
+    if args.max_steps is not None:
+        overrides["max_steps"] = args.max_steps
+    return load(args.config, overrides)
+
+
+def _run_training(args: argparse.Namespace, load: Callable[..., Any], trainer_class: Callable[[], Any],
+                  done: str, metric: str) -> int:
+    """`sleuth train` and `sleuth sft`: validate the config before anything heavy is imported, build the
+    trainer, train, then rank 0 plots the curves (`OUT/training.png`) and says where the run stopped."""
+    from sleuth.training.config import ConfigError
+
+    try:
+        cfg = _run_config(args, load)
+    except ConfigError as e:
+        return fail(str(e))
+    try:
+        trainer = trainer_class()(cfg, resume=args.resume)
+    except (ConfigError, FileNotFoundError, ValueError) as e:
+        return fail(str(e))
+    try:
+        rows = trainer.train()
+    except ConfigError as e:  # found while building data (e.g. held-out questions in SFT data)
+        return fail(str(e))
+    if trainer.rank == 0:
+        from sleuth.training.metrics import plot_run
+
+        if (Path(cfg.out) / "metrics.jsonl").exists():
+            plot_run(Path(cfg.out))
+        last = rows[-1] if rows else {}
+        print(f"{done} to step {trainer.step} in {cfg.out}; last {metric} {last.get(metric, float('nan')):.4f}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from sleuth.training.config import load_config
+
+    def trainer():
+        from sleuth.training.trainer import Trainer
+
+        return Trainer
+
+    return _run_training(args, load_config, trainer, "trained", "reward/mean")
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from sleuth.training.sft import load_sft_config
+
+    def trainer():
+        from sleuth.training.sft import SFTTrainer
+
+        return SFTTrainer
+
+    return _run_training(args, load_sft_config, trainer, "fine-tuned", "loss/nll")
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from sleuth.training.metrics import plot_run
+
+    try:
+        for p in plot_run(Path(args.run)):
+            print(p)
+    except FileNotFoundError as e:
+        return fail(str(e))
+    return 0
+
+
+def add_training_parsers(sub: Any) -> None:
+    """Register `train`, `sft` and `plot` on the `sleuth` subparsers."""
+    for name, fn, help_, example in (
+            ("train", cmd_train, "train a policy with a YAML config (GRPO family on DeepSpeed ZeRO)", "rollout.group_size=8"),
+            ("sft", cmd_sft, "supervised fine-tuning on trajectories (oracle, rejection sampling, files, chats)",
+             "data.source=rejection")):
+        t = sub.add_parser(name, help=help_)
+        t.add_argument("--config", help="YAML config (configs/*.yaml); every key has a default")
+        t.add_argument("--out", help="run directory (overrides the config's out)")
+        t.add_argument("--max-steps", type=int, help="overrides the config's max_steps")
+        t.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
+        t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help=f"override any config key, e.g. --set {example} (repeatable)")
+        t.set_defaults(fn=fn)
+    pl = sub.add_parser("plot", help="plot a training run's metrics to RUN/training.png")
+    pl.add_argument("run")
+    pl.set_defaults(fn=cmd_plot)
