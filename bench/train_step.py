@@ -4,9 +4,12 @@
    `.venv-vllm`, token-in/token-out over httpx), same DocRead prompts, same sampling: tokens/s and ratio.
 2. The optimizer step: sleuth's DeepSpeed ZeRO-2 update (`PolicyUpdater`) vs a plain torch loop
    (forward, the same loss, backward, AdamW step) on the same fixed batch of real trajectories: s/step, ratio.
-3. PPO's inner loop: `update.epochs` × `update.mini_batches` of 2 × 1 and 2 × 2 against 1 × 1 (one
+3. The loss-side forward: the LM head on the scored positions only (`ScoredForward`) vs the full
+   (B, L, V) logits, forward + backward of the same loss on the same batch: s, ratio, and the loss and
+   gradient-norm differences (they should be rounding only).
+4. PPO's inner loop: `update.epochs` × `update.mini_batches` of 2 × 1 and 2 × 2 against 1 × 1 (one
    optimizer step per rollout batch) on the same batch and engine: s/update, ratio, clip fraction.
-4. Time per stage of one GRPO step of `configs/docread_quick.yaml` (rollout, reward, update, sync).
+5. Time per stage of one GRPO step of `configs/docread_quick.yaml` (rollout, reward, update, sync).
 
 Run: `make bench` (or `.venv/bin/python bench/train_step.py`). SmolLM2-135M, float32, 2 CPU cores.
 """
@@ -139,6 +142,56 @@ def optimizer_steps() -> list[str]:
     return rows
 
 
+def scored_head() -> list[str]:
+    """Forward + backward of the token-mean policy loss through the full logits and through the scored
+    positions' head, alternating on one model and batch (medians of 3)."""
+    from transformers import AutoModelForCausalLM
+
+    from sleuth.training.batch import build_batch
+    from sleuth.training.forward import ScoredForward
+    from sleuth.training.losses import LossConfig, denominator, policy_loss, scored_logprobs, token_logprobs
+
+    trajs, advs, pad = real_batch()
+    model = AutoModelForCausalLM.from_pretrained(resolve_model("smollm2"))
+    b = build_batch(trajs, advs, pad)
+    scored = ScoredForward(model, model, temperature=0.6)
+
+    def full():
+        return token_logprobs(model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits / 0.6,
+                              b.input_ids, b.loss_mask, with_entropy=True)
+
+    def head():
+        return scored_logprobs(scored(b.input_ids, b.attention_mask, b.loss_mask).logits, b.input_ids, b.loss_mask,
+                               with_entropy=True)
+
+    def run(fn) -> tuple[float, float, float]:
+        t = time.perf_counter()
+        logp, ent = fn()
+        terms, _ = policy_loss(LossConfig(entropy_coef=0.01), logp, logp.detach(), b.advantages, b.loss_mask, None, ent)
+        loss = terms.total / denominator(b.loss_mask, "token_mean")
+        loss.backward()
+        gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
+        model.zero_grad()
+        return time.perf_counter() - t, float(loss.detach()), gn
+
+    times: dict[str, list[float]] = {"full": [], "scored": []}
+    last: dict[str, tuple[float, float]] = {}
+    for _ in range(3):
+        for name, fn in (("full", full), ("scored", head)):
+            s_, loss, gn = run(fn)
+            times[name].append(s_)
+            last[name] = (loss, gn)
+    full_s, head_s = statistics.median(times["full"]), statistics.median(times["scored"])
+    n_tok, n_scored = int(b.attention_mask.sum()), int(b.loss_mask[:, 1:].sum())
+    return [f"Batch: {len(trajs)} real DocRead trajectories, {b.input_ids.numel()} positions ({n_tok} real), "
+            f"{n_scored} scored (policy tokens); T = 0.6, token-mean PPO loss + entropy bonus; medians of 3, alternating.", "",
+            "| logits | s (forward + backward) | ratio vs full |", "|---|---|---|",
+            f"| full (B, L, V), then the masked rows | {full_s:.2f} | 1.00 |",
+            f"| head on the scored rows only (`ScoredForward`) | {head_s:.2f} | {head_s / full_s:.2f} |", "",
+            f"|Δ loss| {abs(last['full'][0] - last['scored'][0]):.1e}, |Δ grad norm| "
+            f"{abs(last['full'][1] - last['scored'][1]):.1e} (grad norm {last['full'][1]:.4f})."]
+
+
 def inner_loop() -> list[str]:
     """The cost of PPO's inner loop against today's default (one optimizer step per rollout batch), on the
     same batch, engine and learning rate, side by side in one process."""
@@ -193,12 +246,24 @@ def stages() -> list[str]:
     return lines
 
 
+SECTIONS = {"rollout": ("Rollout engine", rollout_engines), "optimizer": ("Optimizer step", optimizer_steps),
+            "head": ("Loss-side forward: scored positions only", scored_head),
+            "inner": ("PPO inner loop: epochs × mini-batches", inner_loop),
+            "stages": ("One GRPO step of configs/docread_quick.yaml", stages)}
+
+
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("sections", nargs="*", help=f"measure only these of {', '.join(SECTIONS)} (default: all; "
+                    "the published report then holds only these)")
+    names = ap.parse_args().sections or list(SECTIONS)
+    if unknown := sorted(set(names) - set(SECTIONS)):
+        ap.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parts: list[str] = []
-    for title, section in (("Rollout engine", rollout_engines), ("Optimizer step", optimizer_steps),
-                           ("PPO inner loop: epochs × mini-batches", inner_loop),
-                           ("One GRPO step of configs/docread_quick.yaml", stages)):
+    for title, section in (SECTIONS[n] for n in names):
         lines = [f"## {title}", "", *section(), ""]
         print("\n".join(lines), flush=True)  # each section as soon as it is measured
         parts += lines

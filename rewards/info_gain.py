@@ -10,17 +10,27 @@ the step reward of the turn that made read t is a gain g_t = v(c_t) − v(c_{t�
 - `entropy`: H(P_{t−1}) − H(P_t), the drop in entropy of the reader's distribution P over K candidate
   answers (P ∝ length-normalised probability; the candidates are the gold answer and up to K−1 titles of the
   task's documents: HotpotQA answers are mostly entities, so the titles are the natural confusers);
-- `kl`: KL(P_t ‖ P_{t−1}) over the same candidates.
+- `kl`: KL(P_t ‖ P_{t−1}) over the same candidates;
+- `support`: v(c) = the share of the task's supporting documents (HotpotQA's `supporting` titles) in c, so
+  a new gold read gains 1/|gold| and any other read 0. No reader: the training split's own labels measure
+  the information, at no model cost, exactly where labels exist (a 135M reader hardly tells a useful
+  paragraph from a distractor).
 
 A re-read, a failed read or a read the policy never saw (the episode ended on it: `ReadEvent.shown`) adds
 no document: c_t = c_{t−1}, so its gain is 0; other turns get 0. A
 trajectory with T new reads costs T+1 contexts (turn t's "after" is turn t+1's "before"), and contexts
 shared across a group (the question alone) are scored once.
 
-Advantage (per turn t of trajectory i in group G):
-    A_{i,t} = w_o · A^{outcome}_i + w_s · Σ_{k ≥ t} γ^{k−t} ĝ_{i,k},
-    ĝ_{i,k} = (g_{i,k} − mean(g)) / (std(g) + ε) over the non-final turns of the group (g = 0 on turns
-    that read nothing new; the final turn has ĝ = 0),
+Advantage (per turn t of trajectory i in group G), by `step_baseline`:
+- `pooled` (IGPO's form): A_{i,t} = w_o · A^{outcome}_i + w_s · Σ_{k ≥ t} γ^{k−t} ĝ_{i,k},
+  ĝ_{i,k} = (g_{i,k} − mean(g)) / (std(g) + ε) over the non-final turns of the group (g = 0 on turns that
+  read nothing new; the final turn has ĝ = 0). Every extra turn adds one more standardised term, so where
+  most reads gain less than the pool's mean, reading more is penalised by the count of reads alone.
+- `turn_index`: A_{i,t} = w_o · A^{outcome}_i + w_s · (G_{i,t} − mean_j G_{j,t}) / (std_j G_{j,t} + ε), with
+  G_{i,t} = Σ_{k ≥ t} γ^{k−t} g_{i,k} the raw gains still to come and the baseline taken over the group's
+  trajectories that reached turn t (GiGPO's idea of comparing like with like, here by turn index). At t = 0
+  it is the group-standardised total gain (for `support`: the support recall of the reads); an answer at
+  turn t is compared with the members that read at turn t instead.
 with A^{outcome} the group's `grpo` (or `dr_grpo`, `rloo`) advantage of the outcome reward.
 """
 
@@ -43,7 +53,8 @@ from sleuth.rewards.base import (
 )
 from sleuth.rewards.group import GroupOutcome
 
-VARIANTS = ("gold_prob", "gold_logprob", "entropy", "kl")
+VARIANTS = ("gold_prob", "gold_logprob", "entropy", "kl", "support")
+BASELINES = ("pooled", "turn_index")
 
 
 def read_documents(traj: Trajectory) -> list[tuple[int, str | None]]:
@@ -63,10 +74,15 @@ def read_documents(traj: Trajectory) -> list[tuple[int, str | None]]:
 class InfoGain(Estimator):
     def __init__(self, variant: str = "gold_prob", reader: Any = "smollm2", candidates: int = 8,
                  step_weight: float = 1.0, outcome_weight: float = 1.0, gamma: float = 1.0, outcome: str = "grpo",
-                 eps: float = 1e-6, refresh_every: int = 0):
+                 eps: float = 1e-6, refresh_every: int = 0, step_baseline: str = "pooled"):
         if variant not in VARIANTS:
             raise ValueError(f"info_gain variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
-        if isinstance(reader, str):
+        if step_baseline not in BASELINES:
+            raise ValueError(f"info_gain step_baseline must be one of {', '.join(BASELINES)}; got {step_baseline!r}")
+        self.step_baseline = step_baseline
+        if variant == "support":
+            reader = None  # the labels are the measure: no model to load
+        elif isinstance(reader, str):
             from sleuth.rewards.reader import Reader
 
             reader = Reader(reader)
@@ -78,7 +94,7 @@ class InfoGain(Estimator):
         self.refresh_every = refresh_every  # > 0: the trainer hands the policy's weights every N steps
 
     def refresh_due(self, step: int) -> bool:
-        return self.refresh_every > 0 and step % self.refresh_every == 0
+        return self.reader is not None and self.refresh_every > 0 and step % self.refresh_every == 0
 
     def refresh(self, state: Mapping[str, Any]) -> None:
         """Make the reader a snapshot of the policy (same architecture: name the policy's model as reader)."""
@@ -87,13 +103,15 @@ class InfoGain(Estimator):
 
     def check_policy(self, tokenizer: Any) -> None:
         """A reader that becomes a snapshot of the policy must be the policy's architecture and vocabulary."""
-        if self.refresh_every and self.reader.tokenizer.get_vocab() != tokenizer.get_vocab():
+        if self.reader is not None and self.refresh_every and self.reader.tokenizer.get_vocab() != tokenizer.get_vocab():
             raise ValueError("info_gain refresh_every > 0 loads the policy's weights into the reader, but the reader's "
                              "tokenizer is not the policy's: name the policy's model as the reader")
 
     # -- step rewards -------------------------------------------------------------------------------
     def step_rewards(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> list[list[float]]:
         """One reward per turn of each trajectory (the gain on read turns, 0 elsewhere)."""
+        if self.variant == "support":
+            return [self._support_rewards(traj, tasks[traj.task_id]) for traj in trajs]
         plans = []
         pairs: list[tuple[str, str]] = []
         for traj in trajs:
@@ -120,6 +138,18 @@ class InfoGain(Estimator):
                     k += 1
             out.append(rewards)
         return out
+
+    @staticmethod
+    def _support_rewards(traj: Trajectory, task: Any) -> list[float]:
+        gold = set(task.payload.get("supporting", []))
+        if not gold:
+            raise ValueError(f"info_gain variant 'support' needs the task's supporting titles; task {task.id!r} has none")
+        rewards = [0.0] * len(traj.turns)
+        for turn, text in read_documents(traj):
+            read = traj.turns[turn].read
+            if text is not None and read is not None and read.title in gold:
+                rewards[turn] = 1.0 / len(gold)
+        return rewards
 
     def _candidates(self, task: Any) -> list[str]:
         if self.variant in ("gold_prob", "gold_logprob"):
@@ -153,6 +183,12 @@ class InfoGain(Estimator):
     def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> Advantages:
         steps = self.step_rewards(trajs, tasks)
         outcome = self.outcome.trajectory_advantages(trajs)
+        step_term = self._pooled(trajs, steps) if self.step_baseline == "pooled" else self._turn_index(trajs, steps)
+        values = [per_turn(t, (self.outcome_weight * outcome[i] + self.step_weight * step_term[i]).tolist())
+                  for i, t in enumerate(trajs)]
+        return Advantages(values, self.step_metrics(trajs, steps))
+
+    def _pooled(self, trajs: Sequence[Trajectory], steps: list[list[float]]) -> list[np.ndarray]:
         norm = [np.zeros(len(t.turns)) for t in trajs]
         for idx in groups(trajs).values():
             # The pool is every non-final turn of the group (a turn that read nothing new has gain 0), so a
@@ -164,10 +200,20 @@ class InfoGain(Estimator):
             for i in idx:
                 for t in range(len(trajs[i].turns) - 1):
                     norm[i][t] = (steps[i][t] - mean) / (std + self.eps)
-        values = [per_turn(t, (self.outcome_weight * outcome[i]
-                               + self.step_weight * discounted_returns(norm[i], self.gamma)).tolist())
-                  for i, t in enumerate(trajs)]
-        return Advantages(values, self.step_metrics(trajs, steps))
+        return [discounted_returns(n, self.gamma) for n in norm]
+
+    def _turn_index(self, trajs: Sequence[Trajectory], steps: list[list[float]]) -> list[np.ndarray]:
+        returns = [discounted_returns(np.asarray(s, dtype=np.float64), self.gamma) for s in steps]
+        out = [np.zeros(len(t.turns)) for t in trajs]
+        for idx in groups(trajs).values():
+            for t in range(max(len(trajs[i].turns) for i in idx)):
+                members = [i for i in idx if len(trajs[i].turns) > t]
+                pool = np.array([returns[i][t] for i in members])
+                if len(pool) < 2 or float(pool.std()) == 0.0:
+                    continue
+                for i in members:
+                    out[i][t] = (returns[i][t] - pool.mean()) / (pool.std() + self.eps)
+        return out
 
 
 def _entropy(p: np.ndarray) -> float:

@@ -63,6 +63,7 @@ def test_mixing_starts_uniform_and_distillation_is_zero_for_identical_teacher(ti
     from transformers import AutoModelForCausalLM
 
     from sleuth.rewards.base import MixingSpec
+    from sleuth.training.forward import Scored
     from sleuth.training.mixing import Mixing
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
@@ -71,13 +72,13 @@ def test_mixing_starts_uniform_and_distillation_is_zero_for_identical_teacher(ti
     adv_k = torch.randn(2, 5, 3)
     ids = torch.randint(0, 500, (2, 5))
     mask = torch.ones(2, 5)
-    logits = model(input_ids=ids).logits
-    terms = mix.terms(hidden, adv_k, logits, ids, torch.ones_like(ids), mask, 1.0)
+    logits = model(input_ids=ids).logits[:, :-1][mask[:, 1:].bool()]
+    terms = mix.terms(Scored(logits, hidden), adv_k, ids, torch.ones_like(ids), mask)
     assert torch.allclose(terms.weights, torch.full_like(terms.weights, 1 / 3))  # uniform at initialisation
     assert torch.allclose(terms.advantage, adv_k.mean(-1)) and not terms.advantage.requires_grad
     # the teacher is the student (KL = 0): what is left is the head's −λ·H(w) at uniform weights
     assert torch.allclose(terms.per_token, torch.full_like(terms.per_token, -0.1 * np.log(3)), atol=1e-5)
-    assert float(mix.distill_kl(logits, ids, torch.ones_like(ids), mask, 1.0).detach().abs().max()) < 1e-5
+    assert float(mix.distill_kl(logits, ids, torch.ones_like(ids), mask).detach().abs().max()) < 1e-5
 
 
 def test_mixing_head_does_not_learn_to_maximise_the_advantage(tiny_model_dir):
@@ -88,7 +89,8 @@ def test_mixing_head_does_not_learn_to_maximise_the_advantage(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     from sleuth.rewards.base import MixingSpec
-    from sleuth.training.losses import LossConfig, aggregate, policy_loss, token_logprobs
+    from sleuth.training.forward import Scored
+    from sleuth.training.losses import LossConfig, aggregate, policy_loss, scored_logprobs
     from sleuth.training.mixing import Mixing
 
     torch.manual_seed(0)
@@ -102,15 +104,16 @@ def test_mixing_head_does_not_learn_to_maximise_the_advantage(tiny_model_dir):
     mask[:, 0] = 0
     with torch.no_grad():
         out = model(input_ids=ids, output_hidden_states=True)
-    hidden, logits = out.hidden_states[-1], out.logits.detach().requires_grad_()
+    hidden = out.hidden_states[-1]
+    logits = out.logits[:, :-1][mask[:, 1:].bool()].detach().requires_grad_()
     # which granularity is the larger one at token t is a function of the hidden state that predicts it
     sign = torch.where(hidden[..., 0] > hidden[..., 0].median(), 1.0, -1.0).roll(1, dims=1)
     adv_k = torch.stack([sign * 2.0, -sign * 0.5], -1)
     adv_k = adv_k - adv_k[mask.bool()].mean(0)  # each granularity has zero mean over the policy tokens
     means = []
     for _ in range(300):
-        terms = mix.terms(hidden, adv_k, logits, ids, torch.ones_like(ids), mask, 1.0)
-        logp, _ = token_logprobs(logits, ids, mask)
+        terms = mix.terms(Scored(logits, hidden), adv_k, ids, torch.ones_like(ids), mask)
+        logp, _ = scored_logprobs(logits, ids, mask)
         loss, _ = policy_loss(LossConfig(), logp, logp.detach(), terms.advantage, mask)
         (loss.total + aggregate(terms.per_token, mask, "token_mean", 1)).backward()
         mix.opt.step()

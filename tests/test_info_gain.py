@@ -129,3 +129,44 @@ def test_gold_paragraph_raises_gold_prob_for_smollm2(reader, hotpot_tasks):
 
     g_gold, g_other = gain(gold), gain(other)
     assert g_gold > 0 and g_gold > g_other
+
+
+def test_support_variant_gains_the_share_of_gold_documents_and_loads_no_reader():
+    task = Task("q", "who?", "Ann", payload={"docs": [{"title": f"T{i}", "text": ""} for i in range(4)],
+                                             "supporting": ["T1", "T3"]})
+
+    def reads(*docs):  # (doc, reread) pairs → a trajectory whose reads carry their titles
+        turns = [turn({"doc": d, "title": f"T{d}", "reread": rr}, obs=f"D{d}") for d, rr in docs] + [turn()]
+        return Trajectory("q", "DocRead-v0", [1], turns=turns, reward=0.0, group="q")
+
+    est = InfoGain("support", reader="no-such-model")  # the reader is never loaded
+    assert est.reader is None and not est.refresh_due(1)
+    a, b = reads((1, False), (1, True), (0, False)), reads((3, False), (1, False))
+    assert est.step_rewards([a, b], {"q": task}) == [[0.5, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0]]
+    # pool of non-final turns: 0.5, 0, 0, 0.5, 0.5 → mean 0.3, population std 0.244949; outcome: all zero
+    z = lambda g: (g - 0.3) / (0.244949 + 1e-6)  # noqa: E731
+    adv = est([a, b], {"q": task}).values
+    assert adv[1].tolist() == pytest.approx(np.repeat([z(0.5) + z(0.5), z(0.5), 0.0], 2).tolist(), abs=1e-4)
+    with pytest.raises(ValueError, match="supporting titles"):
+        est.step_rewards([a], {"q": TASK})
+
+
+def test_turn_index_baseline_compares_returns_to_go_at_the_same_turn_by_hand():
+    task = Task("q", "who?", "Ann", payload={"docs": [{"title": f"T{i}", "text": ""} for i in range(4)],
+                                             "supporting": ["T1", "T3"]})
+
+    def reads(*docs):
+        turns = [turn({"doc": d, "title": f"T{d}", "reread": rr}, obs=f"D{d}") for d, rr in docs] + [turn()]
+        return Trajectory("q", "DocRead-v0", [1], turns=turns, reward=0.0, group="q")
+
+    a, b = reads((1, False), (1, True), (0, False)), reads((3, False), (1, False))
+    est = InfoGain("support", step_baseline="turn_index")
+    # gains a (0.5, 0, 0, 0), b (0.5, 0.5, 0); returns-to-go (γ = 1) a (0.5, 0, 0, 0), b (1.0, 0.5, 0)
+    # turn 0: pool (0.5, 1.0) → ∓1; turn 1: (0, 0.5) → ∓1; turn 2: (0, 0) → 0; turn 3: a alone → 0
+    adv = est([a, b], {"q": task}).values
+    assert adv[0].tolist() == pytest.approx(np.repeat([-1.0, -1.0, 0.0, 0.0], 2).tolist(), abs=1e-5)
+    assert adv[1].tolist() == pytest.approx(np.repeat([1.0, 1.0, 0.0], 2).tolist(), abs=1e-5)
+    pooled = InfoGain("support")([a, b], {"q": task}).values  # the default baseline ranks them alike here
+    assert pooled[0][0] < pooled[1][0]
+    with pytest.raises(ValueError, match="step_baseline"):
+        InfoGain("support", step_baseline="per_turn")

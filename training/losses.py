@@ -69,13 +69,21 @@ def _choice(key: str, value: str, options: tuple[str, ...]) -> None:
 
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, mask: torch.Tensor,
                    with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probability (and entropy) of each masked token under `logits`, computed in fp32 on the masked
-    positions only (a 49k-vocabulary log-softmax over every position would dominate memory)."""
+    """Log-probability (and entropy) of each masked token under full (B, L, V) `logits`."""
+    return scored_logprobs(logits[:, :-1][mask[:, 1:].bool()], input_ids, mask, with_entropy)
+
+
+def scored_logprobs(scored: torch.Tensor, input_ids: torch.Tensor, mask: torch.Tensor,
+                    with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probability (and entropy) of each masked token, as (B, L) tensors that are 0 off the mask.
+
+    `scored` (n, V) holds the logits of the n positions that predict a masked token, in the row-major order
+    of `mask[:, 1:]` (position t − 1 predicts token t). The log-softmax runs in fp32 on those rows only: a
+    49k-vocabulary log-softmax over every position would dominate memory."""
     sel = mask[:, 1:].bool()
-    picked = logits[:, :-1][sel].float()  # (n, vocab): the logits that predict each masked token
-    logsm = torch.log_softmax(picked, dim=-1)
+    logsm = torch.log_softmax(scored.float(), dim=-1)
     lp = logsm.gather(-1, input_ids[:, 1:][sel].unsqueeze(-1)).squeeze(-1)
-    out = torch.zeros(mask.shape, dtype=torch.float32, device=logits.device)
+    out = torch.zeros(mask.shape, dtype=torch.float32, device=scored.device)
     out[:, 1:][sel] = lp
     ent = None
     if with_entropy:

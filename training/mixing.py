@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from sleuth.rewards.base import MixingSpec
 from sleuth.training.engine import full_state_dict
+from sleuth.training.forward import Scored, ScoredForward
 
 
 @dataclass
@@ -37,7 +38,7 @@ class MixTerms:
 
 
 class Mixing:
-    def __init__(self, cfg: MixingSpec, module: torch.nn.Module, hidden_size: int):
+    def __init__(self, cfg: MixingSpec, module: torch.nn.Module, hidden_size: int, temperature: float = 1.0):
         self.cfg = cfg
         dev = next(module.parameters()).device
         self.head = torch.nn.Linear(hidden_size, cfg.granularities, bias=False).to(dev)
@@ -46,6 +47,7 @@ class Mixing:
         base = module.get_base_model() if hasattr(module, "get_base_model") else module
         self.teacher = copy.deepcopy(base).eval().requires_grad_(False)
         self.teacher.load_state_dict(full_state_dict(module), strict=False)
+        self.teacher_forward = ScoredForward(self.teacher, self.teacher, temperature)
 
     def weights(self, hidden: torch.Tensor, k: int) -> torch.Tensor:
         """(B, L, K) weights for hidden (B, L, H): position t's come from the hidden state that predicts token t."""
@@ -53,24 +55,25 @@ class Mixing:
         logits[:, 1:] = self.head(hidden[:, :-1].detach().float())
         return torch.softmax(logits, -1)
 
-    def distill_kl(self, student_logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   mask: torch.Tensor, temperature: float) -> torch.Tensor:
-        """Per-token KL(student ‖ teacher) on the masked positions (0 elsewhere), differentiable in the student."""
+    def distill_kl(self, student: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   mask: torch.Tensor) -> torch.Tensor:
+        """Per-token KL(student ‖ teacher) on the masked positions (0 elsewhere), differentiable in the student
+        (`student`: the (n, V) scored logits, already divided by the temperature)."""
         with torch.no_grad():
-            t_logits = self.teacher(input_ids=input_ids, attention_mask=attention_mask).logits / temperature
+            teacher = self.teacher_forward(input_ids, attention_mask, mask).logits
         sel = mask[:, 1:].bool()
-        s = torch.log_softmax(student_logits[:, :-1][sel].float(), -1)
-        t = torch.log_softmax(t_logits[:, :-1][sel].float(), -1)
-        out = torch.zeros(mask.shape, device=student_logits.device)
+        s = torch.log_softmax(student.float(), -1)
+        t = torch.log_softmax(teacher.float(), -1)
+        out = torch.zeros(mask.shape, device=student.device)
         out[:, 1:][sel] = (s.exp() * (s - t)).sum(-1)
         return out
 
-    def terms(self, hidden: torch.Tensor, adv_k: torch.Tensor, student_logits: torch.Tensor, input_ids: torch.Tensor,
-              attention_mask: torch.Tensor, mask: torch.Tensor, temperature: float) -> MixTerms:
+    def terms(self, student: Scored, adv_k: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+              mask: torch.Tensor) -> MixTerms:
         """The mixed advantage (for the policy loss) and the per-token terms this component adds to the loss."""
-        w = self.weights(hidden, adv_k.shape[-1])
+        w = self.weights(student.hidden, adv_k.shape[-1])
         mixed = (w * adv_k).sum(-1)
-        kl = self.distill_kl(student_logits, input_ids, attention_mask, mask, temperature)
+        kl = self.distill_kl(student.logits, input_ids, attention_mask, mask)
         beta = self.cfg.distill_coef
         policy = beta * torch.sigmoid(mixed.detach().abs()) * kl
         entropy = -(w * torch.log(w + 1e-12)).sum(-1)

@@ -24,7 +24,8 @@ from sleuth.training import checkpoint
 from sleuth.training.batch import micro_batches
 from sleuth.training.config import CheckpointConfig, ConfigError, to_dict
 from sleuth.training.engine import EngineConfig, build_engine, device, init_distributed, resolved_dtype
-from sleuth.training.losses import token_logprobs
+from sleuth.training.forward import ScoredForward
+from sleuth.training.losses import scored_logprobs
 from sleuth.training.metrics import MetricsLogger
 from sleuth.training.sft_data import (
     SOURCES,
@@ -134,6 +135,7 @@ class SFTTrainer:
         model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype).to(device())
         model.config.use_cache = False
         self.engine = build_engine(model, cfg.engine)
+        self.forward = ScoredForward(self.engine, self.engine.module)
         self.step = 0
         if resume:
             state = checkpoint.load(self.engine, self.ckpt_root)
@@ -212,7 +214,7 @@ class SFTTrainer:
             else:  # keeps this rank in step with the others' collectives
                 ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=dev)
                 attn, mask = torch.ones_like(ids), torch.zeros((1, 2), device=dev)
-            logp, _ = token_logprobs(self.engine(input_ids=ids, attention_mask=attn).logits, ids, mask)
+            logp, _ = scored_logprobs(self.forward(ids, attn, mask).logits, ids, mask)
             num = nll_numerator(logp, mask)
             self.engine.backward(num * scale, scale_wrt_gas=False)
             nll += float(num.detach())

@@ -74,7 +74,8 @@ class Trainer:
         if self.estimator.mixing is not None:  # gear_mix: the trainer mixes its granularities per token
             from sleuth.training.mixing import Mixing
 
-            mixing = Mixing(self.estimator.mixing, self.engine.module, model.config.hidden_size)
+            mixing = Mixing(self.estimator.mixing, self.engine.module, model.config.hidden_size,
+                            cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0)
         up = cfg.update
         self.updater = PolicyUpdater(self.engine, cfg.loss, self.pad_id, up.micro_batch_tokens, ref,
                                      temperature=cfg.rollout.temperature, mixing=mixing, epochs=up.epochs,

@@ -23,13 +23,14 @@ import torch.distributed as dist
 from sleuth.agents.trajectory import Trajectory
 from sleuth.training.batch import Batch, micro_batches
 from sleuth.training.engine import device
+from sleuth.training.forward import ScoredForward
 from sleuth.training.losses import (
     LossConfig,
     aggregate,
     denominator,
     importance_weights,
     policy_loss,
-    token_logprobs,
+    scored_logprobs,
 )
 from sleuth.training.mixing import Mixing
 
@@ -62,6 +63,8 @@ class PolicyUpdater:
         self.engine, self.loss, self.pad_id, self.micro_batch_tokens, self.ref = engine, loss, pad_id, micro_batch_tokens, ref
         # The policy being optimised is the sampling distribution softmax(logits / T), as in the rollouts.
         self.temperature = temperature if temperature > 0 else 1.0
+        self.policy = ScoredForward(engine, engine.module, self.temperature)
+        self.ref_forward = ScoredForward(ref, ref, self.temperature) if ref is not None else None
         self.mixing = mixing  # GEAR's learned mixing of advantage granularities + EMA self-distillation
         self.epochs, self.mini_batches, self.old_mode = epochs, mini_batches, old_logprobs
         self.seed, self.calls = seed, 0
@@ -109,8 +112,8 @@ class PolicyUpdater:
         dev = device()
         for i in range(int(all_max(len(batches)))):
             b = (batches[i] if i < len(batches) else _empty_like(batches[0] if batches else None, self.pad_id)).to(dev)
-            logits = self.engine(input_ids=b.input_ids, attention_mask=b.attention_mask).logits / self.temperature
-            lp = token_logprobs(logits, b.input_ids, b.loss_mask)[0].cpu()
+            scored = self.policy(b.input_ids, b.attention_mask, b.loss_mask)
+            lp = scored_logprobs(scored.logits, b.input_ids, b.loss_mask)[0].cpu()
             for row, j in enumerate(b.index):
                 out[j] = lp[row, :len(trajs[j].token_ids())]
         return out  # type: ignore[return-value]
@@ -148,18 +151,15 @@ class PolicyUpdater:
             real = i < len(batches)
             b = (batches[i] if real else _empty_like(batches[0] if batches else None, self.pad_id)).to(dev)
             iw = weights[i] if real else None
-            out = self.engine(input_ids=b.input_ids, attention_mask=b.attention_mask,
-                              output_hidden_states=self.mixing is not None)
-            logits = out.logits / self.temperature
-            logp, ent = token_logprobs(logits, b.input_ids, b.loss_mask, with_entropy=True)
-            ref = self._ref_logprobs(b) if self.ref is not None else None
+            scored = self.policy(b.input_ids, b.attention_mask, b.loss_mask)
+            logp, ent = scored_logprobs(scored.logits, b.input_ids, b.loss_mask, with_entropy=True)
+            ref = self._ref_logprobs(b) if self.ref_forward is not None else None
             old_logp = b.old_logprobs if old is not None or self.old_mode == "rollout" else logp.detach()
             adv, extra = b.advantages, None
             if self.mixing is not None:
                 k = self.mixing.cfg.granularities
                 adv_k = adv if adv.dim() == 3 else adv.unsqueeze(-1).expand(*adv.shape, k)
-                mix = self.mixing.terms(out.hidden_states[-1], adv_k, logits, b.input_ids, b.attention_mask,
-                                        b.loss_mask, self.temperature)
+                mix = self.mixing.terms(scored, adv_k, b.input_ids, b.attention_mask, b.loss_mask)
                 adv, extra = mix.advantage, mix.per_token
                 if first_pass:
                     m = b.loss_mask.bool()
@@ -191,8 +191,8 @@ class PolicyUpdater:
 
     @torch.no_grad()
     def _ref_logprobs(self, b: Batch) -> torch.Tensor:
-        logits = self.ref(input_ids=b.input_ids, attention_mask=b.attention_mask).logits / self.temperature
-        return token_logprobs(logits, b.input_ids, b.loss_mask)[0]
+        scored = self.ref_forward(b.input_ids, b.attention_mask, b.loss_mask)
+        return scored_logprobs(scored.logits, b.input_ids, b.loss_mask)[0]
 
 
 def _empty_like(b: Batch | None, pad_id: int) -> Batch:

@@ -1,0 +1,97 @@
+"""The loss-side forward: the LM head on the scored positions only gives the full forward's logprobs,
+entropies and gradients, and a model whose logits are more than the head (soft-capping) keeps its own."""
+
+import torch
+
+
+def _batch(vocab: int):
+    torch.manual_seed(0)
+    ids = torch.randint(0, vocab, (2, 12))
+    attn = torch.ones_like(ids)
+    attn[1, 9:] = 0  # right padding
+    mask = torch.zeros(2, 12)
+    mask[0, 4:7] = 1
+    mask[0, 10:] = 1
+    mask[1, 6:9] = 1
+    return ids, attn, mask
+
+
+def _grads(model):
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def test_scored_forward_matches_the_full_logits_and_their_gradients(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from sleuth.training.forward import ScoredForward
+    from sleuth.training.losses import scored_logprobs, token_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ids, attn, mask = _batch(model.config.vocab_size)
+    seen = []
+    model.get_output_embeddings().register_forward_hook(lambda m, i, o: seen.append(tuple(i[0].shape)))
+    fwd = ScoredForward(model, model, temperature=0.7)
+
+    scored = fwd(ids, attn, mask)
+    assert fwd.selective and seen[-1] == (int(mask[:, 1:].sum()), model.config.hidden_size)  # 9 rows, not 24
+    lp, ent = scored_logprobs(scored.logits, ids, mask, with_entropy=True)
+    (lp.sum() + ent.sum()).backward()
+    g_scored = _grads(model)
+    model.zero_grad()
+
+    full = model(input_ids=ids, attention_mask=attn).logits / 0.7
+    lp_ref, ent_ref = token_logprobs(full, ids, mask, with_entropy=True)
+    (lp_ref.sum() + ent_ref.sum()).backward()
+    assert torch.allclose(lp, lp_ref, atol=1e-5) and torch.allclose(ent, ent_ref, atol=1e-5)
+    assert float(lp.detach()[mask == 0].abs().max()) == 0.0
+    assert torch.allclose(g_scored, _grads(model), atol=1e-5)
+    # a wrong temperature would show: the same forward at T = 1 gives other logprobs
+    lp_t1, _ = scored_logprobs(ScoredForward(model, model)(ids, attn, mask).logits, ids, mask)
+    assert float((lp_t1 - lp).abs().max()) > 1e-3
+
+
+def test_a_model_with_soft_capped_logits_keeps_its_own_logits():
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    from sleuth.training.forward import ScoredForward
+    from sleuth.training.losses import scored_logprobs, token_logprobs
+
+    cfg = Gemma2Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=2, num_key_value_heads=1, head_dim=16, final_logit_softcapping=3.0)
+    model = Gemma2ForCausalLM(cfg).eval()
+    ids, attn, mask = _batch(128)
+    fwd = ScoredForward(model, model)
+    with torch.no_grad():
+        scored = fwd(ids, attn, mask)
+        full = model(input_ids=ids, attention_mask=attn).logits
+    assert fwd.selective is False
+    assert float(scored.logits.abs().max()) <= 3.0  # soft-capped at 3, as the model's own logits are
+    assert torch.allclose(token_logprobs(full, ids, mask)[0], scored_logprobs(scored.logits, ids, mask)[0], atol=1e-6)
+
+
+def test_lora_model_uses_the_base_models_head(tiny_model_dir):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from sleuth.training.forward import ScoredForward
+    from sleuth.training.losses import scored_logprobs, token_logprobs
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    ids, attn, mask = _batch(base.config.vocab_size)
+    fwd = ScoredForward(model, model)
+    with torch.no_grad():
+        lp = scored_logprobs(fwd(ids, attn, mask).logits, ids, mask)[0]
+        ref = token_logprobs(model(input_ids=ids, attention_mask=attn).logits, ids, mask)[0]
+    assert fwd.selective and torch.allclose(lp, ref, atol=1e-5)
+
+
+def test_a_batch_without_scored_tokens_gives_empty_logits(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from sleuth.training.forward import ScoredForward
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ids, attn, _ = _batch(model.config.vocab_size)
+    scored = ScoredForward(model, model)(ids, attn, torch.zeros(2, 12))
+    assert scored.logits.shape == (0, model.config.vocab_size)
