@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
+from sleuth.cli_args import bounded, output_dir
 from sleuth.cli_args import fail as _fail
 from sleuth.cli_args import parse_kv as _kv
 from sleuth.cli_train import add_training_parsers
@@ -264,17 +266,17 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--policy", default="smollm2",
                    help="comma list of: smollm2, random, first-k, oracle, oracle-title, a local model path or a hub id")
     e.add_argument("--harness", default="json", help="comma list of tool-call formats: json, text")
-    e.add_argument("--limit", type=int, default=None)
-    e.add_argument("--out", required=True)
-    e.add_argument("--max-tokens", type=int, default=64)
-    e.add_argument("--temperature", type=float, default=0.0)
-    e.add_argument("--concurrency", type=int, default=8, help="episodes run (and batched) at once")
+    e.add_argument("--limit", type=bounded(int, 1), default=None, help="the first N tasks")
+    e.add_argument("--out", type=output_dir, required=True)
+    e.add_argument("--max-tokens", type=bounded(int, 1), default=64)
+    e.add_argument("--temperature", type=bounded(float, 0), default=0.0)
+    e.add_argument("--concurrency", type=bounded(int, 1), default=8, help="episodes run (and batched) at once")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="extra env kwargs")
     e.add_argument("--no-resume", action="store_true", help="start over instead of resuming trajectories.jsonl")
-    e.add_argument("--env-workers", type=int, default=0,
+    e.add_argument("--env-workers", type=bounded(int, 0), default=0,
                    help="threads stepping envs in parallel (use with Code-v0 sandboxes or Remote-v0 servers)")
-    e.add_argument("--samples", type=int, default=1, help="episodes per task; pass@k is reported (use --temperature > 0)")
+    e.add_argument("--samples", type=bounded(int, 1), default=1, help="episodes per task; pass@k is reported (use --temperature > 0)")
     e.set_defaults(fn=cmd_eval)
     c = sub.add_parser("compare", help="two eval runs side by side, with paired-bootstrap confidence intervals")
     c.add_argument("run_a")
@@ -343,7 +345,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except KeyboardInterrupt:  # finished work is on disk (episodes, checkpoints); rerunning resumes
+        print("\ninterrupted: what finished is kept; run the same command again to resume", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -15,8 +18,37 @@ def parse_kv(items: list[str], flag: str = "--env-arg") -> dict[str, Any]:
         if "=" not in item:
             raise SystemExit(f"error: {flag} wants KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
-        out[key] = yaml.safe_load(value)
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            raise SystemExit(f"error: {flag} {key}: the value {value!r} is not valid YAML "
+                             f"({str(e).splitlines()[0]})") from None
     return out
+
+
+def bounded(kind: Callable[[str], Any], low: float, name: str = "") -> Callable[[str], Any]:
+    """An argparse `type` that also refuses values below `low` (a zero concurrency would hang, a negative
+    limit would silently drop tasks from the end)."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not value >= low:  # also refuses NaN
+            raise argparse.ArgumentTypeError(f"must be ≥ {low:g}, got {text}")
+        return value
+
+    parse.__name__ = name or kind.__name__
+    return parse
+
+
+def output_dir(text: str) -> str:
+    """An argparse `type` for a run directory: not empty, not an existing file."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a directory (got an empty string)")
+    if Path(text).exists() and not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a directory")
+    return text
 
 
 def fail(message: str) -> int:

@@ -21,15 +21,25 @@ def _run_config(args: argparse.Namespace, load: Callable[..., Any]) -> Any:
 
 
 def _run_training(args: argparse.Namespace, load: Callable[..., Any], trainer_class: Callable[[], Any],
-                  done: str, metric: str) -> int:
-    """`sleuth train` and `sleuth sft`: validate the config before anything heavy is imported, build the
-    trainer, train, then rank 0 plots the curves (`OUT/training.png`) and says where the run stopped."""
+                  done: str, metric: str, env_of: Callable[[Any], tuple[str, dict] | None]) -> int:
+    """`sleuth train` and `sleuth sft`: validate the config, the model name and the env (`env_of(cfg)`:
+    the env id and args it runs, or None) before anything heavy is imported, build the trainer, train, then
+    rank 0 plots the curves (`OUT/training.png`) and says where the run stopped."""
+    from sleuth.agents.models import ModelNotFoundError, resolve_model
     from sleuth.training.config import ConfigError
 
     try:
         cfg = _run_config(args, load)
-    except ConfigError as e:
+        resolve_model(cfg.model)  # a typo'd model fails here, before DeepSpeed and the weights load
+    except (ConfigError, ModelNotFoundError) as e:
         return fail(str(e))
+    if (env := env_of(cfg)) is not None:
+        import sleuth
+
+        try:
+            sleuth.make(env[0], **env[1]).close()
+        except Exception as e:  # an unknown id or a bad argument, named before minutes of loading
+            return fail(f"cannot build env {env[0]!r}: {type(e).__name__}: {e}")
     try:
         trainer = trainer_class()(cfg, resume=args.resume)
     except (ConfigError, FileNotFoundError, ValueError) as e:
@@ -56,7 +66,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         return Trainer
 
-    return _run_training(args, load_config, trainer, "trained", "reward/mean")
+    return _run_training(args, load_config, trainer, "trained", "reward/mean", lambda c: (c.env, c.env_args))
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
@@ -67,7 +77,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
         return SFTTrainer
 
-    return _run_training(args, load_sft_config, trainer, "fine-tuned", "loss/nll")
+    return _run_training(args, load_sft_config, trainer, "fine-tuned", "loss/nll",
+                         lambda c: (c.data.env, c.data.env_args) if c.data.source in ("oracle", "rejection") else None)
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

@@ -57,9 +57,30 @@ def embedded_model_dir() -> Path:
     return out
 
 
+class ModelNotFoundError(ValueError):
+    """A model name that is neither the embedded model, an existing path, nor in the local hub cache."""
+
+
 def resolve_model(name_or_path: str) -> str:
-    """`smollm2` → the cached embedded directory; anything else (local path or hub id) passes through."""
-    return str(embedded_model_dir()) if name_or_path in (EMBEDDED, "smollm2-135m-instruct") else name_or_path
+    """`smollm2` → the cached embedded directory; an existing path, or a hub id already in the local Hugging
+    Face cache, passes through. Anything else is refused at once: with no hub access a typo would
+    otherwise spend a minute in download retries before failing."""
+    if name_or_path in (EMBEDDED, "smollm2-135m-instruct"):
+        return str(embedded_model_dir())
+    if name_or_path and (Path(name_or_path).expanduser().exists() or _in_hub_cache(name_or_path)):
+        return name_or_path
+    raise ModelNotFoundError(f"model {name_or_path!r} is neither the embedded model ('{EMBEDDED}'), an existing path, "
+                             "nor a model in the local Hugging Face cache (nothing is downloaded here)")
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except HFValidationError:  # not even a well-formed hub id
+        return False
 
 
 def tiny_model(out: str | Path, like: str = EMBEDDED, hidden: int = 64, layers: int = 2, seed: int = 0) -> str:

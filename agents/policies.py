@@ -26,5 +26,17 @@ def load_policy(spec: str, tokenizer_model: str = "smollm2", seed: int = 0, **kw
     if spec in classes:
         return classes[spec](load_tokenizer(tokenizer_model), seed=seed)
     from sleuth.agents.hf import TransformersPolicy
+    from sleuth.agents.models import EMBEDDED, ModelNotFoundError, resolve_model
+
+    try:
+        resolve_model(spec)
+    except ModelNotFoundError:
+        import difflib
+
+        names = [EMBEDDED, *classes]
+        close = difflib.get_close_matches(spec, names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ModelNotFoundError(f"unknown policy {spec!r}{hint}: not one of {', '.join(names)}, not an existing path, "
+                                 "not a model in the local Hugging Face cache (nothing is downloaded here)") from None
 
     return TransformersPolicy(spec, **kwargs)

@@ -64,3 +64,44 @@ def test_samples_resume_compare_and_report(tmp_path, capsys):
     assert main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == 0
     assert "| em | 5 | 1.000 |" in capsys.readouterr().out and (tmp_path / "cmp" / "compare.png").exists()
     assert main(["compare", str(a), str(tmp_path / "missing")]) == 2
+
+
+def test_a_typod_policy_is_refused_at_once_with_a_suggestion(tmp_path, capsys):
+    import time
+
+    t = time.perf_counter()
+    assert main(["eval", "--tasks", "hotpotqa:test", "--policy", "orcale", "--limit", "2", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown policy 'orcale' (did you mean 'oracle'?)" in err and "nothing is downloaded" in err
+    assert time.perf_counter() - t < 20  # no hub retries
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--concurrency", "0", "--concurrency: must be ≥ 1, got 0"),  # used to hang at 100% CPU
+    ("--limit", "-2", "--limit: must be ≥ 1, got -2"),  # used to run 498 of 500 tasks
+    ("--samples", "0", "--samples: must be ≥ 1, got 0"),
+    ("--max-tokens", "0", "--max-tokens: must be ≥ 1, got 0"),
+    ("--temperature", "nan", "--temperature: must be ≥ 0, got nan"),
+    ("--samples", "two", "--samples: 'two' is not an integer"),
+    ("--out", "", "--out: must name a directory"),
+])
+def test_eval_refuses_bad_numbers_and_outputs_before_running(tmp_path, capsys, flag, value, message):
+    argv = ["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--out", str(tmp_path / "r"), flag, value]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_eval_out_naming_a_file_is_refused_and_the_file_kept(tmp_path, capsys):
+    f = tmp_path / "notes.txt"
+    f.write_text("mine")
+    with pytest.raises(SystemExit):
+        main(["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--out", str(f)])
+    assert "is a file, not a directory" in capsys.readouterr().err and f.read_text() == "mine"
+
+
+def test_bad_yaml_in_an_override_is_a_one_line_error(capsys):
+    with pytest.raises(SystemExit, match=r"--set env_args: the value '\{harness: json' is not valid YAML"):
+        main(["train", "--set", "env_args={harness: json"])

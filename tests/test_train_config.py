@@ -73,3 +73,30 @@ def test_deepspeed_launcher_argument_is_accepted(capsys):
     """The deepspeed launcher calls `sleuth --local_rank=N train ...`."""
     assert main(["--local_rank=0", "plot", "/nonexistent/run"]) == 2
     assert "no metrics" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["train", "sft"])
+def test_a_typod_model_is_refused_before_anything_loads(tmp_path, capsys, command):
+    import time
+
+    t = time.perf_counter()
+    assert main([command, "--out", str(tmp_path / "run"), "--set", "model=smolm2"]) == 2
+    err = capsys.readouterr().err
+    assert "model 'smolm2' is neither the embedded model" in err and "nothing is downloaded" in err
+    assert time.perf_counter() - t < 10  # no download retries against a hub that is not there
+    assert not (tmp_path / "run").exists()  # nothing written
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("rollout.temperature=-1", "rollout.temperature must be ≥ 0"),  # it used to roll out for minutes
+    ("rollout.top_p=5", "rollout.top_p must be in (0, 1]"),
+    ("rollout.max_tokens=0", "rollout.max_tokens must be ≥ 1"),
+    ("rollout.concurrency=0", "rollout.concurrency must be ≥ 1"),
+    ("update.micro_batch_tokens=-4", "update.micro_batch_tokens must be ≥ 1"),
+    ("max_steps=0", "max_steps must be ≥ 1"),  # it used to load everything, then crash at the end
+    ("env=DocRaed-v0", "cannot build env 'DocRaed-v0'"),
+])
+def test_train_refuses_bad_values_and_names_before_loading(tmp_path, capsys, override, message):
+    assert main(["train", "--out", str(tmp_path / "run"), "--set", override]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -48,6 +48,12 @@ class RolloutConfig:
             raise ValueError(f"rollout.zero_variance must be keep, drop or dynamic; got {self.zero_variance!r}")
         if self.group_size < 1 or self.tasks_per_step < 1:
             raise ValueError("rollout.group_size and rollout.tasks_per_step must be ≥ 1")
+        for key, value, low in (("max_tokens", self.max_tokens, 1), ("concurrency", self.concurrency, 1),
+                                ("dynamic_max_rounds", self.dynamic_max_rounds, 1), ("temperature", self.temperature, 0)):
+            if not value >= low:  # also refuses NaN
+                raise ValueError(f"rollout.{key} must be ≥ {low}, got {value}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
 
 
 @dataclass
@@ -112,6 +118,10 @@ class TrainConfig:
     tensorboard: bool = True
 
     def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be ≥ 1, got {self.max_steps}")
+        if self.task_limit is not None and self.task_limit < 1:
+            raise ValueError(f"task_limit must be ≥ 1 (or null for all), got {self.task_limit}")
         if self.loss.rollout_is != "none" and self.update.old_logprobs == "rollout":
             raise ValueError("loss.rollout_is corrects π_old (the recomputed trainer policy) towards π_rollout; with "
                              "update.old_logprobs: rollout they are the same policy: set old_logprobs: recompute "
