@@ -57,8 +57,9 @@ def _call_from_obj(obj: Any) -> tuple[ToolCall | None, str | None]:
     if isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as e:
-            return None, f"the arguments of {name!r} are not valid JSON: {e.msg}"
+        except (ValueError, RecursionError) as e:
+            msg = e.msg if isinstance(e, json.JSONDecodeError) else "too deep or a number too long to read"
+            return None, f"the arguments of {name!r} are not valid JSON: {msg}"
     if args is None:
         args = {}
     if not isinstance(args, dict):
@@ -69,8 +70,9 @@ def _call_from_obj(obj: Any) -> tuple[ToolCall | None, str | None]:
 def _calls_from_json(blob: str) -> ParseResult:
     try:
         obj = json.loads(blob)
-    except (json.JSONDecodeError, RecursionError) as e:
-        msg = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
+    except (ValueError, RecursionError) as e:  # ValueError: bad JSON, or an integer of over 4300 digits
+        msg = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply" if isinstance(e, RecursionError) \
+            else "a number too long to read"
         return ParseResult(error=f"tool call is not valid JSON ({msg})")
     items = obj.get("tool_calls") if isinstance(obj, dict) and "tool_calls" in obj else obj
     items = items if isinstance(items, list) else [items]

@@ -59,7 +59,10 @@ def _coerce(value: Any, json_type: str | list[str] | None) -> tuple[Any, bool]:
         return value, True
     kinds = [json_type] if isinstance(json_type, str) else list(json_type)
     if isinstance(value, str) and "integer" in kinds and re.fullmatch(r"\s*[+-]?\d+\s*", value):
-        return int(value), True
+        try:
+            return int(value), True
+        except ValueError:  # more digits than Python converts (4300): no index or count is that long
+            return value, False
     for kind in kinds:
         if isinstance(value, _PY_TYPES.get(kind, ())) and not (kind in ("integer", "number") and isinstance(value, bool)):
             return value, True

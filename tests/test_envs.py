@@ -152,3 +152,20 @@ def test_env_step_never_raises_on_arbitrary_text(hotpot_tasks, actions, harness)
         assert isinstance(obs, str) and 0.0 <= reward <= 1.0
         if term or trunc:
             break
+
+
+@pytest.mark.parametrize(("harness", "call"), [
+    ("text", "read " + "9" * 5000),
+    ("json", '<tool_call>{"name": "read", "arguments": {"doc": ' + "9" * 5000 + "}}</tool_call>"),
+    ("json", '<tool_call>{"name": "read", "arguments": "{\\"doc\\": ' + "9" * 5000 + '}"}</tool_call>'),
+])
+def test_a_5000_digit_number_in_a_tool_call_is_a_tool_error_not_a_crash(harness, call):
+    from sleuth.tasks import load_tasks
+
+    env = sleuth.make("DocRead-v0", harness=harness)
+    env.reset(options={"task": load_tasks("hotpotqa:train", limit=1)[0]})
+    _, reward, terminated, _, info = env.step(call)
+    assert info["error"] and not terminated and reward == 0
+    _, _, terminated, _, info = env.step("answer: x" if harness == "text" else
+                                         '<tool_call>{"name": "answer", "arguments": {"text": "x"}}</tool_call>')
+    assert terminated  # the env carries on
