@@ -4,8 +4,8 @@ Run: `make bench` (or `.venv/bin/python bench/env_step.py`). Prints medians in Â
 
 Contenders, all doing the same work on the same real HotpotQA task (parse a Hermes tool call, read a
 document, return its text):
-- sleuth DocReadEnv, raw and through `gymnasium.make` (which adds the order-enforcing and passive
-  checker wrappers);
+- sleuth DocReadEnv, raw and through `sleuth.make` (gymnasium's order-enforcing wrapper; the passive
+  checker is off);
 - the same tool written as a skyrl-gym `BaseTextEnv` (if `skyrl-gym` is installed: `pip install .[bench]`);
 - a bare gymnasium env that only echoes (the floor: no parsing, no tool).
 Plus the agent loop's own cost per turn (chat rendering of the observation, bookkeeping) with the

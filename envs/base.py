@@ -102,8 +102,12 @@ class ToolEnv(gymnasium.Env):
         self.turn = 0
         self.budget_left = self.harness.budget
         self.done = False
-        self.on_reset(task)
-        user = self.user_message(task)
+        try:
+            self.on_reset(task)
+            user = self.user_message(task)
+        except Exception:  # a task this env cannot run: no half-reset episode to step; the next reset works
+            self.task = None
+            raise
         messages = [{"role": "system", "content": self._system}, {"role": "user", "content": user}]
         return user, {"messages": messages, "tools": self._schemas, "format": self.harness.format,
                       "task_id": task.id, "budget": self.harness.budget}

@@ -102,6 +102,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
         if err:
             return err
         try:
+            s["reset"] = False  # a failed reset leaves nothing to step
             obs, info = s["env"].reset(seed=req.seed, options={"task": req.task})
         except (ValueError, TypeError, KeyError) as e:
             return JSONResponse({"detail": f"reset failed: {type(e).__name__}: {e}"}, 422)

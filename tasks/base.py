@@ -9,6 +9,10 @@ from pathlib import Path
 from typing import Any
 
 
+class TaskError(ValueError):
+    """A task whose fields have the wrong types."""
+
+
 @dataclass
 class Task:
     """A question (or problem) with its gold answer and whatever the env needs to build the episode.
@@ -25,6 +29,19 @@ class Task:
     split: str = ""
     source: str = ""
 
+    def __post_init__(self) -> None:
+        """Bad task data is refused here, naming the field, instead of failing later inside a verifier."""
+        if isinstance(self.id, int) and not isinstance(self.id, bool):
+            self.id = str(self.id)  # numeric ids (MBPP's task_id) are ids all the same
+        for name in ("id", "question", "answer", "split", "source"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise TaskError(f"task field {name!r} must be a string, got {type(value).__name__} {value!r:.60}")
+        if not isinstance(self.aliases, list) or not all(isinstance(a, str) for a in self.aliases):
+            raise TaskError(f"task field 'aliases' must be a list of strings, got {self.aliases!r:.80}")
+        if not isinstance(self.payload, dict):
+            raise TaskError(f"task field 'payload' must be a mapping, got {type(self.payload).__name__}")
+
     @property
     def answers(self) -> list[str]:
         """Every accepted answer, the canonical one first."""
@@ -35,6 +52,10 @@ class Task:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Task:
+        if not isinstance(d, dict):
+            raise TaskError(f"a task must be a JSON object, got {type(d).__name__}")
+        if "id" not in d or "question" not in d:
+            raise TaskError(f"a task needs 'id' and 'question'; got fields {sorted(d)}")
         known = {k: d[k] for k in ("id", "question", "answer", "aliases", "payload", "split", "source") if k in d}
         return cls(**known)
 

@@ -169,3 +169,16 @@ def test_a_5000_digit_number_in_a_tool_call_is_a_tool_error_not_a_crash(harness,
     _, _, terminated, _, info = env.step("answer: x" if harness == "text" else
                                          '<tool_call>{"name": "answer", "arguments": {"text": "x"}}</tool_call>')
     assert terminated  # the env carries on
+
+
+def test_docread_passes_gymnasiums_full_env_checker():
+    import warnings
+
+    from gymnasium.utils.env_checker import check_env
+
+    from sleuth.tasks import load_tasks
+
+    env = sleuth.make("DocRead-v0", tasks=load_tasks("hotpotqa:train", limit=3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any checker warning fails the test
+        check_env(env.unwrapped, skip_render_check=True)

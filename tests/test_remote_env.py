@@ -116,3 +116,33 @@ def test_async_remote_env_runs_concurrent_episodes(hotpot_tasks):
     with in_thread(create_app("sleuth/DocRead-v0")) as url:
         results = asyncio.run(main(url))
     assert results == [(1.0, True)] * 6
+
+
+def test_a_failed_reset_leaves_the_session_usable_and_bad_fields_are_named(hotpot_tasks):
+    with in_thread(create_app("sleuth/DocRead-v0")) as url:
+        sid = httpx.post(f"{url}/sessions", json={"kwargs": {"harness": "text"}}).json()["session_id"]
+        assert httpx.post(f"{url}/sessions/{sid}/reset", json={"task": hotpot_tasks[0].to_dict()}).status_code == 200
+        bad = {**hotpot_tasks[1].to_dict(), "answer": 123}
+        r = httpx.post(f"{url}/sessions/{sid}/reset", json={"task": bad})
+        assert r.status_code == 422 and "task field 'answer' must be a string" in r.json()["detail"]
+        nodocs = {**hotpot_tasks[1].to_dict(), "payload": {}}
+        assert httpx.post(f"{url}/sessions/{sid}/reset", json={"task": nodocs}).status_code == 422
+        # the earlier episode is gone (409, not a 500), and the next good reset works
+        assert httpx.post(f"{url}/sessions/{sid}/step", json={"action": "read 1"}).status_code == 409
+        assert httpx.post(f"{url}/sessions/{sid}/reset", json={"task": hotpot_tasks[1].to_dict()}).status_code == 200
+        assert httpx.post(f"{url}/sessions/{sid}/step", json={"action": "read 1"}).status_code == 200
+
+
+def test_a_failed_reset_leaves_a_local_env_reusable(hotpot_tasks):
+    import pytest
+
+    import sleuth
+    from sleuth.tasks import Task
+
+    env = sleuth.make("DocRead-v0", harness="text")
+    with pytest.raises(ValueError, match="no payload"):
+        env.reset(options={"task": Task("x", "q?", "a")})
+    with pytest.raises(RuntimeError, match="call reset"):
+        env.step("read 0")
+    env.reset(options={"task": hotpot_tasks[0]})
+    assert env.step("read 0")[4]["error"] is None
