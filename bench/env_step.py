@@ -157,7 +157,7 @@ def main() -> None:
     echo = Echo()
     results = {
         "sleuth DocRead (raw)": time_steps(raw.step, lambda: raw.reset(options={"task": task})),
-        "sleuth DocRead (gymnasium.make)": time_steps(made.step, lambda: made.reset(options={"task": task})),
+        "sleuth DocRead (sleuth.make)": time_steps(made.step, lambda: made.reset(options={"task": task})),
         "gymnasium echo env (floor)": time_steps(echo.step, echo.reset),
     }
     sky = skyrl_env(task)
