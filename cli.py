@@ -120,7 +120,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     if not Path(args.input).is_file():
         return _fail(f"input file not found: {args.input}")
     try:
-        summary = score_file(args.verifier, args.input, args.out, args.workers)
+        summary = score_file(args.verifier, args.input, args.out, args.workers, extract=not args.no_extract)
     except ValueError as e:
         return _fail(str(e))
     print(json.dumps(summary, indent=2))
@@ -287,7 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--verifier", required=True, choices=["qa", "code", "swe"])
     s.add_argument("--input", required=True)
     s.add_argument("--out", required=True)
-    s.add_argument("--workers", type=int, default=2, help="records scored in parallel (code, swe: sandbox runs)")
+    s.add_argument("--workers", type=bounded(int, 1), default=2, help="records scored in parallel (code, swe: sandbox runs)")
+    s.add_argument("--no-extract", action="store_true",
+                   help="score the response as it is (default: the answer / program / patch in it, as every entry point does)")
     s.set_defaults(fn=cmd_score)
     ix = sub.add_parser("index", help="retrieval indexes").add_subparsers(dest="index_command", required=True)
     b = ix.add_parser("build", help="build a BM25, dense or hybrid index from a JSONL corpus")

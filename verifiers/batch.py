@@ -1,6 +1,8 @@
 """Batch scoring of JSONL records: each input line is a task record in its data set's own layout plus a
 `response`; each output line is the record with `score` and `details` added. Every input line gives an
-output line: a line that cannot be scored carries `score: null` and an `error`, and the rest go on."""
+output line: a line that cannot be scored (bad JSON, bad UTF-8, wrong fields) carries `score: null`, an
+`error` and its raw text, and the rest go on. Scoring is `registry.verdict`, the path the TRL / verl /
+OpenRLHF adapters and the verifier server use, so one record scores the same everywhere."""
 
 from __future__ import annotations
 
@@ -11,14 +13,20 @@ from pathlib import Path
 from typing import Any
 
 from sleuth.verifiers.base import CannotScore, Verdict
-from sleuth.verifiers.registry import get_verifier
+from sleuth.verifiers.registry import get_verifier, verdict
 
 
-def _score_line(verifier: Callable[..., Verdict], number: int, line: str) -> dict[str, Any]:
+def _score_line(verifier: Callable[[dict, str], Verdict], number: int, raw: bytes) -> dict[str, Any]:
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return {"line": number, "score": None, "error": f"not UTF-8 (byte {e.start})",
+                "raw": raw.decode("utf-8", errors="replace")}
     try:
         record = json.loads(line)
-    except json.JSONDecodeError as e:
-        return {"line": number, "score": None, "error": f"not valid JSON: {e.msg}"}
+    except (ValueError, RecursionError) as e:
+        msg = e.msg if isinstance(e, json.JSONDecodeError) else "unreadable"
+        return {"line": number, "score": None, "error": f"not valid JSON: {msg}", "raw": line}
     if not isinstance(record, dict):
         return {"line": number, "score": None, "error": "a record must be a JSON object"}
     if not isinstance(record.get("response"), str):
@@ -30,7 +38,7 @@ def _score_line(verifier: Callable[..., Verdict], number: int, line: str) -> dic
     return {**record, "score": verdict.score, "details": verdict.details}
 
 
-def score_lines(verifier: Callable[..., Verdict], lines: list[str], workers: int = 2) -> Iterator[dict[str, Any]]:
+def score_lines(verifier: Callable[[dict, str], Verdict], lines: list[bytes], workers: int = 2) -> Iterator[dict[str, Any]]:
     """Scored records in input order; blank lines are skipped."""
     numbered = [(i + 1, line) for i, line in enumerate(lines) if line.strip()]
     with ThreadPoolExecutor(max(1, workers)) as pool:  # code verifiers wait on sandbox subprocesses
@@ -38,11 +46,18 @@ def score_lines(verifier: Callable[..., Verdict], lines: list[str], workers: int
 
 
 def score_file(name: str, input_path: str | Path, out_path: str | Path, workers: int = 2,
-               progress: bool = True) -> dict[str, Any]:
+               progress: bool = True, extract: bool = True) -> dict[str, Any]:
+    """Score every line of `input_path` into `out_path` (never the same file: the input is kept whole)."""
     from tqdm import tqdm
 
-    verifier = get_verifier(name)
-    lines = Path(input_path).read_text(encoding="utf-8").splitlines()
+    if Path(out_path).exists() and Path(out_path).resolve() == Path(input_path).resolve():
+        raise ValueError(f"--out {out_path} is the input file: scoring would overwrite it; write elsewhere")
+    get_verifier(name)  # an unknown name fails before the output is opened
+
+    def verifier(record: dict, response: str) -> Verdict:
+        return verdict(name, record, response, extract)
+
+    lines = Path(input_path).read_bytes().splitlines()
     scores: list[float] = []
     errors = 0
     with open(out_path, "w", encoding="utf-8") as out, tqdm(total=sum(bool(x.strip()) for x in lines),

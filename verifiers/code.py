@@ -31,6 +31,10 @@ def code_spec(task: Any, challenge: bool = False) -> CodeSpec:
     """Tests of a Task (payload) or a raw record, in MBPP or HumanEval layout."""
     rec = task.payload if hasattr(task, "payload") else task
     if "test_list" in rec:
+        for key in ("test_list", "challenge_test_list"):  # a string would run as one test per character
+            value = rec.get(key)
+            if value is not None and not (isinstance(value, list) and all(isinstance(t, str) for t in value)):
+                raise ValueError(f"{key} must be a list of test strings, got {type(value).__name__}")
         tests = list(rec["test_list"]) + (list(rec.get("challenge_test_list") or []) if challenge else [])
         return CodeSpec(tests, rec.get("test_setup_code") or "")
     if "test" in rec and "entry_point" in rec:

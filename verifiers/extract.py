@@ -7,7 +7,8 @@ import re
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.S)
 _ANSWER_TAG = re.compile(r"<answer>(.*?)(?:</answer>|\Z)", re.S | re.I)
-_ANSWER_LINE = re.compile(r"^\W*(?:final\s+)?answer\s*(?:is)?\s*[:：]\s*(.+)$", re.I | re.M)
+# "Answer: X", "Final answer: X", "The answer is: X", "The (final) answer is X" at the start of a line
+_ANSWER_LINE = re.compile(r"^\W*(?:the\s+)?(?:final\s+)?answer(?:\s*[:：]|\s+is\s*[:：]?)\s*(.+)$", re.I | re.M)
 
 
 def extract_code(text: str) -> str:
@@ -22,12 +23,14 @@ def extract_code(text: str) -> str:
 
 
 def extract_answer(text: str) -> str:
-    """The answer in a reply: the last <answer>…</answer>, else the last "Answer: …" line, else the text."""
+    """The answer in a reply: the last <answer>…</answer>, else the rest of the last line that starts with
+    "Answer:", "Final answer:", "The answer is:" or "The answer is" (without a final full stop), else the
+    whole text."""
     tags = _ANSWER_TAG.findall(text)
     if tags:
         return tags[-1].strip()
     lines = _ANSWER_LINE.findall(text)
-    return lines[-1].strip() if lines else text.strip()
+    return lines[-1].strip().removesuffix(".").strip() if lines else text.strip()
 
 
 def extract_diff(text: str) -> str:

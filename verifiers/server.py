@@ -1,7 +1,8 @@
 """A verifier server (FastAPI on uvicorn): `sleuth serve verifier --name qa|code|swe --port P`.
 
 POST /score {"records": [{...task record..., "response": "..."}], "extract": true} →
-    {"results": [{"score": float, "details": {...}}]}
+    {"results": [{"score": float, "details": {...}}]}   (extract, the default: score the answer / program /
+    patch in the response, as `sleuth score` and the TRL, verl and OpenRLHF adapters do)
 POST /get_reward — OpenRLHF's remote reward protocol ({"query", "prompts", "labels"} → {"rewards", ...})
 GET  /health
 Records are scored concurrently in a thread pool (code and swe records each run in the sandbox), at most
@@ -33,7 +34,7 @@ def create_app(name: str, workers: int = 4, max_records: int = 512):
 
     class ScoreRequest(BaseModel):
         records: list[dict[str, Any]] = Field(min_length=1, max_length=max_records)
-        extract: bool = False
+        extract: bool = True  # the scorable part of the reply, as `sleuth score` and the adapters score it
 
     class RewardRequest(BaseModel):
         query: list[str] = Field(min_length=1, max_length=max_records)
