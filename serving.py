@@ -71,13 +71,34 @@ def subprocess_server(serve_args: Sequence[str]) -> Iterator[tuple[str, subproce
 
 
 def limit_body(app, max_bytes: int) -> None:
-    """Answer 413 to any request whose declared body is over `max_bytes` (before it is read)."""
-    from fastapi import Request
-    from fastapi.responses import JSONResponse
+    """Answer 413 to any request whose body is over `max_bytes`: at once when it declares its length, and
+    as soon as the bytes read pass the limit when it does not (a chunked body is never read whole)."""
+    from starlette.exceptions import HTTPException
+    from starlette.responses import JSONResponse
 
-    @app.middleware("http")
-    async def _limit(request: Request, call_next):
-        size = request.headers.get("content-length")
-        if size is not None and (not size.isdigit() or int(size) > max_bytes):
-            return JSONResponse({"detail": f"request body over {max_bytes} bytes"}, status_code=413)
-        return await call_next(request)
+    too_large = {"detail": f"request body over {max_bytes} bytes"}
+
+    class BodyLimit:
+        def __init__(self, inner):
+            self.inner = inner
+
+        async def __call__(self, scope, receive, send):
+            if scope["type"] != "http":
+                return await self.inner(scope, receive, send)
+            size = dict(scope["headers"]).get(b"content-length")
+            if size is not None and (not size.isdigit() or int(size) > max_bytes):
+                return await JSONResponse(too_large, status_code=413)(scope, receive, send)
+            read = 0
+
+            async def limited():
+                nonlocal read
+                message = await receive()
+                if message["type"] == "http.request":
+                    read += len(message.get("body", b""))
+                    if read > max_bytes:  # the handler reading the body gets a 413, not the rest of the stream
+                        raise HTTPException(413, too_large["detail"])
+                return message
+
+            return await self.inner(scope, limited, send)
+
+    app.add_middleware(BodyLimit)

@@ -146,3 +146,20 @@ def test_a_failed_reset_leaves_a_local_env_reusable(hotpot_tasks):
         env.step("read 0")
     env.reset(options={"task": hotpot_tasks[0]})
     assert env.step("read 0")[4]["error"] is None
+
+
+def _chunks(total_mb: int):
+    for _ in range(total_mb):
+        yield b"x" * (1024 * 1024)
+
+
+def test_every_server_refuses_a_chunked_body_over_its_limit_without_reading_it_whole(tmp_path):
+    """No Content-Length (chunked transfer): the limit is enforced on the bytes as they arrive."""
+    from sleuth.envs.env_server import create_app as env_app
+    from sleuth.verifiers.server import create_app as verifier_app
+
+    for app, path in ((env_app("sleuth/DocRead-v0"), "/sessions"), (verifier_app("qa"), "/score")):
+        with in_thread(app) as url:
+            r = httpx.post(f"{url}{path}", content=_chunks(50), headers={"content-type": "application/json"}, timeout=60)
+            assert r.status_code == 413 and "request body over" in r.json()["detail"]
+            assert httpx.get(f"{url}/health").status_code == 200  # still serving

@@ -202,3 +202,13 @@ def test_gpu_placement_moves_flat_indexes_only(monkeypatch, caplog):
     with caplog.at_level("INFO"):
         assert dense._to_gpu(hnsw) is hnsw
     assert moved == [flat] and "HNSW searches on the CPU" in caplog.text
+
+
+def test_server_refuses_a_chunked_huge_body(server):
+    def chunks():
+        for _ in range(50):
+            yield b"x" * (1024 * 1024)
+
+    r = httpx.post(f"{server}/search", content=chunks(), headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 413
+    assert httpx.get(f"{server}/health").status_code == 200
