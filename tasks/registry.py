@@ -1,7 +1,8 @@
 """Named task sources: `load_tasks("hotpotqa:test")` or `load_tasks("hotpotqa:/my/file.jsonl")`.
 
-`NAME:SPLIT` looks for `<data dir>/<folder>/<split>.jsonl`, where the data directory is `$SLEUTH_DATA`
-or the first `shared/data` found beside or above the working directory. `NAME:PATH` reads a file in
+`NAME:SPLIT` looks for `<data dir>/<folder>/<split>.jsonl`, where the data directory is `$SLEUTH_DATA`,
+else the first `shared/data` found beside or above the working directory, else beside or above the
+installed package (so `sleuth` finds the data from any directory). `NAME:PATH` reads a file in
 the same layout as the shared data, so users evaluate on their own files.
 """
 
@@ -54,16 +55,20 @@ def task_sources() -> list[str]:
 
 
 def data_dir() -> Path:
-    """`$SLEUTH_DATA`, else the nearest `shared/data` (or `../shared/data`) from the working directory."""
+    """`$SLEUTH_DATA`, else the nearest `shared/data` (or `../shared/data`) from the working directory, else
+    from the package's own location."""
     env = os.environ.get("SLEUTH_DATA")
     if env:
+        if not Path(env).is_dir():
+            raise FileNotFoundError(f"SLEUTH_DATA={env} is not a directory")
         return Path(env)
-    here = Path.cwd().resolve()
-    for base in [here, *here.parents]:
-        for cand in (base / "shared" / "data", base.parent / "shared" / "data"):
-            if cand.is_dir():
-                return cand
-    raise FileNotFoundError("no data directory found: set SLEUTH_DATA or pass NAME:PATH to a JSONL file")
+    for start in (Path.cwd().resolve(), Path(__file__).resolve().parent):
+        for base in [start, *start.parents]:
+            for cand in (base / "shared" / "data", base.parent / "shared" / "data"):
+                if cand.is_dir():
+                    return cand
+    raise FileNotFoundError("no data directory found beside the working directory or the sleuth package: set "
+                            "SLEUTH_DATA to it, or pass NAME:PATH to a JSONL file")
 
 
 def load_tasks(spec: str, limit: int | None = None) -> list[Task]:

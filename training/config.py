@@ -128,6 +128,24 @@ class TrainConfig:
                              "or rollout_is: none")
 
 
+RECIPES = Path(__file__).resolve().parents[1] / "configs"
+
+
+def recipe_path(path: str | Path) -> Path:
+    """A config file: a path, or the name of a shipped recipe (`docread_cigpo` → the package's
+    `configs/docread_cigpo.yaml`), so recipes work from any directory."""
+    p = Path(path)
+    if p.exists():
+        return p
+    shipped = sorted(f.stem for f in RECIPES.glob("*.yaml"))
+    name = p.name.removesuffix(".yaml")
+    if name in shipped and len(p.parts) <= 2:  # `docread_cigpo`, `docread_cigpo.yaml`, `configs/docread_cigpo.yaml`
+        return RECIPES / f"{name}.yaml"
+    close = difflib.get_close_matches(name, shipped, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigError(f"config file {p} does not exist{hint}; shipped recipes: {', '.join(shipped)}")
+
+
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Read a YAML config (or start from defaults) and apply dotted overrides ({"rollout.group_size": 8})."""
     return load_yaml(TrainConfig, path, overrides)
@@ -137,9 +155,7 @@ def load_yaml(cls: type, path: str | Path | None = None, overrides: dict[str, An
     """A config dataclass `cls` from a YAML file (or its defaults) and dotted overrides, every key checked."""
     data: dict[str, Any] = {}
     if path is not None:
-        p = Path(path)
-        if not p.exists():
-            raise ConfigError(f"config file {p} does not exist")
+        p = recipe_path(path)
         try:
             data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as e:

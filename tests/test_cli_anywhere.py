@@ -1,0 +1,50 @@
+"""The `sleuth` command from outside the repository: data and shipped recipes are found from any
+directory; mistakes exit non-zero with one line and no traceback (through the real command)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SLEUTH = str(Path(sys.executable).parent / "sleuth")
+
+
+def run(args, cwd, **env):
+    clean = {k: v for k, v in os.environ.items() if k != "SLEUTH_DATA"}
+    return subprocess.run([SLEUTH, *args], cwd=cwd, env={**clean, **env}, capture_output=True, text=True, timeout=300)
+
+
+def test_eval_finds_the_data_from_another_directory(tmp_path):
+    r = run(["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--limit", "2", "--out", "out"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["n"] == 2
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["train", "--config", "docread_cgpo"], "config file docread_cgpo does not exist (did you mean 'docread_cigpo'?)"),
+    (["sft", "--config", "nope.yaml"], "shipped recipes: docread_cigpo"),
+    (["eval", "--tasks", "hotpotqa:test", "--policy", "gpt5", "--out", "o"], "unknown policy 'gpt5'"),
+    (["eval", "--tasks", "hotpotqa:test", "--concurrency", "0", "--out", "o"], "--concurrency: must be ≥ 1"),
+    (["train", "--set", "rollout.temperature=-1"], "rollout.temperature must be ≥ 0"),
+])
+def test_mistakes_exit_non_zero_with_one_line_from_any_directory(tmp_path, args, message):
+    r = run(args, tmp_path)
+    assert r.returncode == 2 and message in r.stderr.strip().splitlines()[-1], r.stderr  # the last line says it
+    assert "Traceback" not in r.stderr
+
+
+def test_a_wrong_data_variable_is_named(tmp_path):
+    r = run(["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--out", "o"], tmp_path,
+            SLEUTH_DATA=str(tmp_path / "missing"))
+    assert r.returncode == 2 and "SLEUTH_DATA=" in r.stderr and "is not a directory" in r.stderr
+
+
+def test_a_shipped_recipe_loads_by_name_from_anywhere(tmp_path, monkeypatch):
+    from sleuth.training.config import load_config
+
+    monkeypatch.chdir(tmp_path)
+    assert load_config("docread_cigpo").algorithm.estimator == "info_gain"
+    assert load_config("configs/docread_cigpo.yaml").algorithm.estimator == "info_gain"  # the README's form
