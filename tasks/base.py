@@ -67,10 +67,14 @@ def write_tasks(tasks: Iterable[Task], path: str | Path) -> None:
 
 
 def read_tasks(path: str | Path) -> Iterator[Task]:
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield Task.from_dict(json.loads(line))
+    """The tasks of a Task JSONL file; a broken line or a bad field names the file and the record."""
+    from sleuth.tasks.records import read_jsonl
+
+    for i, record in enumerate(read_jsonl(path)):
+        try:
+            yield Task.from_dict(record)
+        except TaskError as e:
+            raise TaskError(f"{path} record {i + 1}: {e}") from None
 
 
 def tasks_to_dataset(tasks: Iterable[Task]):

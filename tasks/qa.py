@@ -1,8 +1,8 @@
 """Loaders for the multi-hop QA data sets (HotpotQA distractor, MuSiQue) into `Task`s.
 
 Every record becomes a task whose payload lists its candidate documents (`docs`: title + text) and
-the titles of the gold supporting documents (`supporting`). Files are read through `datasets`, so a
-local JSONL path works offline; a hub name is passed through to `load_dataset` where a hub is reachable.
+the titles of the gold supporting documents (`supporting`). Files are JSONL, parquet or a saved `datasets`
+directory (`tasks.records`); a hub name is passed through to `load_dataset` where a hub is reachable.
 """
 
 from __future__ import annotations
@@ -14,18 +14,9 @@ from sleuth.tasks.base import Task
 
 
 def _load_records(path_or_name: str | Path, split: str | None = None) -> list[dict[str, Any]]:
-    import datasets
+    from sleuth.tasks.records import read_records
 
-    datasets.disable_progress_bars()
-    p = Path(path_or_name)
-    if p.exists():
-        files = sorted(str(f) for f in p.glob("*.jsonl")) if p.is_dir() else [str(p)]
-        if not files:
-            raise FileNotFoundError(f"no .jsonl files in {p}")
-        ds = datasets.load_dataset("json", data_files=files, split="train")
-    else:
-        ds = datasets.load_dataset(str(path_or_name), split=split or "validation")
-    return list(ds)
+    return read_records(path_or_name, split)
 
 
 def hotpotqa_task(rec: dict[str, Any], split: str = "") -> Task:

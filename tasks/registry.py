@@ -90,7 +90,7 @@ def load_tasks(spec: str, limit: int | None = None) -> list[Task]:
     loader, folder, default_split = _SOURCES[name]
     rest = rest or default_split
     path = Path(rest)
-    if path.suffix in (".jsonl", ".json") or path.is_file() or path.is_dir():
+    if path.suffix in (".jsonl", ".json", ".parquet") or path.is_file() or path.is_dir():
         if not path.exists():
             raise FileNotFoundError(f"task file not found: {path}")
         split = path.stem

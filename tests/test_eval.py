@@ -49,7 +49,7 @@ def test_several_policies_and_harnesses_give_a_comparison(tmp_path, capsys):
         (["--env-arg", "colour=blue"], "colour"),
         (["--policy", "/nonexistent/model-dir"], "cannot load policy '/nonexistent/model-dir'"),
         (["--tasks", "musique:{data}/hotpotqa/dev.jsonl"], "not in the MuSiQue layout"),
-        (["--tasks", "hotpotqa:{tmp}/broken.jsonl"], "cannot load tasks"),
+        (["--tasks", "hotpotqa:{tmp}/broken.jsonl"], "broken.jsonl line 1: not valid JSON"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(tmp_path, capsys, data_dir, args, message):

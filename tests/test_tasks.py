@@ -53,3 +53,47 @@ def test_jsonl_and_dataset_round_trip(tmp_path, hotpot_tasks):
     assert list(read_tasks(tmp_path / "t.jsonl")) == tasks
     assert load_tasks(str(tmp_path / "t.jsonl")) == tasks
     assert dataset_to_tasks(tasks_to_dataset(tasks)) == tasks
+
+
+def test_task_files_in_parquet_and_saved_dataset_form_load_like_jsonl(tmp_path, data_dir):
+    import json
+
+    import datasets
+
+    from sleuth.tasks import load_tasks
+
+    src = data_dir / "hotpotqa" / "test.jsonl"
+    records = [json.loads(x) for x in src.read_text().splitlines()[:3]]
+    datasets.Dataset.from_list(records).to_parquet(str(tmp_path / "mine.parquet"))
+    datasets.DatasetDict({"test": datasets.Dataset.from_list(records)}).save_to_disk(str(tmp_path / "saved"))
+    want = [t.to_dict() for t in load_tasks(f"hotpotqa:{src}", limit=3)]
+    for spec in (f"hotpotqa:{tmp_path / 'mine.parquet'}", f"hotpotqa:{tmp_path / 'saved'}"):
+        got = [t.to_dict() for t in load_tasks(spec)]
+        assert [{**g, "split": ""} for g in got] == [{**w, "split": ""} for w in want]
+
+
+def test_empty_and_broken_task_files_name_the_file_and_line(tmp_path, data_dir):
+    import pytest
+
+    from sleuth.tasks import load_tasks
+    from sleuth.tasks.records import RecordError
+
+    good = (data_dir / "hotpotqa" / "test.jsonl").read_text().splitlines()[0]
+    (tmp_path / "empty.jsonl").write_text("\n")
+    (tmp_path / "broken.jsonl").write_text(good + "\n{oops\n")
+    (tmp_path / "list.jsonl").write_text("[1, 2]\n")
+    with pytest.raises(RecordError, match=r"empty.jsonl holds no records"):
+        load_tasks(f"hotpotqa:{tmp_path / 'empty.jsonl'}")
+    with pytest.raises(RecordError, match=r"broken.jsonl line 2: not valid JSON"):
+        load_tasks(f"hotpotqa:{tmp_path / 'broken.jsonl'}")
+    with pytest.raises(RecordError, match=r"list.jsonl line 1: a record must be a JSON object"):
+        load_tasks(str(tmp_path / "list.jsonl"))
+
+
+def test_cli_eval_on_a_broken_task_file_is_one_line(tmp_path, capsys):
+    from sleuth.cli import main
+
+    (tmp_path / "broken.jsonl").write_text("{oops\n")
+    assert main(["eval", "--tasks", f"hotpotqa:{tmp_path / 'broken.jsonl'}", "--policy", "oracle",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "broken.jsonl line 1: not valid JSON" in capsys.readouterr().err
