@@ -147,21 +147,24 @@ def cmd_index_build(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     from sleuth.envs.retrieval.index import load_index
     from sleuth.envs.retrieval.metrics import ndcg_at_k, read_qrels, recall_at_k
+    from sleuth.envs.retrieval.trec import unique_queries, write_run
 
     try:
         index = load_index(args.index)
-        queries = _read_queries(args.queries, args.query_id_field, args.query_text_field)
+        queries, repeats = unique_queries(_read_queries(args.queries, args.query_id_field, args.query_text_field))
     except (FileNotFoundError, ValueError) as e:
         return _fail(str(e))
+    if repeats:
+        print(f"note: {repeats} repeated query ids skipped (a run ranks each query id once)", file=sys.stderr)
     results = []
     batch = 256
     for start in range(0, len(queries), batch):
         chunk = queries[start:start + batch]
         results += index.search([text for _, text in chunk], args.k)
-    with open(args.out, "w", encoding="utf-8") as f:
-        for (qid, _), hits in zip(queries, results, strict=True):
-            for rank, hit in enumerate(hits, start=1):
-                f.write(f"{qid} Q0 {hit.id} {rank} {hit.score:.6f} {args.tag}\n")
+    try:
+        write_run(args.out, queries, results, args.tag)
+    except ValueError as e:
+        return _fail(str(e))
     print(f"{len(queries)} queries → {args.out}")
     if args.qrels:
         qrels = read_qrels(args.qrels)
@@ -305,8 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--index", required=True)
     q.add_argument("--queries", required=True, help='JSONL lines {"id", "text"}')
     q.add_argument("--k", type=int, default=100)
-    q.add_argument("--out", required=True)
-    q.add_argument("--tag", default="sleuth")
+    q.add_argument("--out", required=True, help="a TREC run file (trec_eval's format); document ids holding "
+                   "whitespace or %% are percent-encoded, repeated query ids are ranked once")
+    q.add_argument("--tag", default="sleuth", help="the run's name (one word)")
     q.add_argument("--qrels", help="also print nDCG@10 and Recall@100 against these judgements")
     q.add_argument("--query-id-field", default="id")
     q.add_argument("--query-text-field", default="text")

@@ -212,3 +212,49 @@ def test_server_refuses_a_chunked_huge_body(server):
     r = httpx.post(f"{server}/search", content=chunks(), headers={"content-type": "application/json"}, timeout=60)
     assert r.status_code == 413
     assert httpx.get(f"{server}/health").status_code == 200
+
+
+def _strict_trec_run(path):
+    """trec_eval's reading of a run: six whitespace-separated fields, integer ranks, float scores; each
+    query id in one block, each (query, document) once."""
+    blocks, seen = [], set()
+    for line in path.read_text().splitlines():
+        fields = line.split()
+        assert len(fields) == 6 and fields[1] == "Q0", line
+        qid, _, doc, rank, score, _ = fields
+        int(rank), float(score)
+        assert (qid, doc) not in seen, line
+        seen.add((qid, doc))
+        if not blocks or blocks[-1] != qid:
+            assert qid not in blocks, f"query {qid} ranked twice"
+            blocks.append(qid)
+    return blocks, seen
+
+
+def test_search_writes_a_valid_trec_run_for_title_ids_and_repeated_queries(tmp_path, capsys):
+    from urllib.parse import unquote
+
+    corpus = tmp_path / "c.jsonl"
+    docs = [{"id": "Tinted Windows (album)", "title": "Tinted Windows", "text": "debut album of a supergroup"},
+            {"id": "100%\tpure", "title": "Pure", "text": "a band from Boston"},
+            {"id": "plain", "title": "Plain", "text": "the supergroup first played in Boston"}]
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    queries = tmp_path / "q.jsonl"
+    queries.write_text("".join(json.dumps({"id": qid, "text": t}) + "\n" for qid, t in
+                               [("q1", "supergroup album"), ("q2", "Boston band"), ("q1", "supergroup album")]))
+    assert main(["index", "build", "--corpus", str(corpus), "--kind", "bm25", "--out", str(tmp_path / "ix")]) == 0
+    assert main(["search", "--index", str(tmp_path / "ix"), "--queries", str(queries), "--k", "3",
+                 "--out", str(tmp_path / "run.trec")]) == 0
+    assert "1 repeated query ids skipped" in capsys.readouterr().err
+    blocks, pairs = _strict_trec_run(tmp_path / "run.trec")
+    assert blocks == ["q1", "q2"]
+    assert {unquote(d) for _, d in pairs} <= {d["id"] for d in docs} and ("q1", "Tinted%20Windows%20(album)") in pairs
+    import pytrec_eval  # trec_eval's own reading and measures
+
+    run = pytrec_eval.parse_run((tmp_path / "run.trec").read_text().splitlines())
+    qrels = {"q1": {"Tinted%20Windows%20(album)": 1}, "q2": {"100%25%09pure": 1}}
+    scores = pytrec_eval.RelevanceEvaluator(qrels, {"recall.3"}).evaluate(run)
+    assert scores["q1"]["recall_3"] == 1.0 and scores["q2"]["recall_3"] == 1.0
+    queries.write_text(json.dumps({"id": "my query", "text": "x"}) + "\n")
+    assert main(["search", "--index", str(tmp_path / "ix"), "--queries", str(queries), "--out", str(tmp_path / "r2")]) == 2
+    assert "holds whitespace" in capsys.readouterr().err
