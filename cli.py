@@ -127,6 +127,20 @@ def cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_adapters(args: argparse.Namespace) -> int:
+    """Where the trainer adapters are: verl and OpenRLHF take a file path, which an editable install does
+    not put under site-packages."""
+    import sleuth.verifiers.adapters as adapters
+
+    files = {name: Path(adapters.__file__).parent / f"{name}.py" for name in ("trl", "verl", "openrlhf")}
+    if args.path:
+        print(files[args.path])
+    else:
+        for name, path in files.items():
+            print(f"{name:9s} {path}")
+    return 0
+
+
 def cmd_index_build(args: argparse.Namespace) -> int:
     import time
 
@@ -264,17 +278,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("envs", help="list registered environments").set_defaults(fn=cmd_envs)
     e = sub.add_parser("eval", help="evaluate policies on held-out tasks")
-    e.add_argument("--env", default="sleuth/DocRead-v0")
+    e.add_argument("--env", default="sleuth/DocRead-v0", help="a registered env id (`sleuth envs` lists them)")
     e.add_argument("--tasks", required=True, help="NAME:SPLIT or NAME:PATH (e.g. hotpotqa:test)")
     e.add_argument("--policy", default="smollm2",
-                   help="comma list of: smollm2, random, first-k, oracle, oracle-title, a local model path or a hub id")
-    e.add_argument("--harness", default="json", help="comma list of tool-call formats: json, text")
+                   help="comma list of: smollm2, random, first-k, oracle, oracle-title, noop (answers nothing), a local "
+                        "model directory or a hub id already in the local Hugging Face cache")
+    e.add_argument("--harness", default="json", help="comma list of tool-call formats: json (Hermes/OpenAI JSON "
+                   "calls), text (`read 3`), tags (`<search>q</search>`, Search-R1 style)")
     e.add_argument("--limit", type=bounded(int, 1), default=None, help="the first N tasks")
-    e.add_argument("--out", type=output_dir, required=True)
-    e.add_argument("--max-tokens", type=bounded(int, 1), default=64)
-    e.add_argument("--temperature", type=bounded(float, 0), default=0.0)
+    e.add_argument("--out", type=output_dir, required=True, help="run directory (one sub-folder per policy × harness)")
+    e.add_argument("--max-tokens", type=bounded(int, 1), default=64, help="tokens per turn")
+    e.add_argument("--temperature", type=bounded(float, 0), default=0.0, help="0: greedy")
     e.add_argument("--concurrency", type=bounded(int, 1), default=8, help="episodes run (and batched) at once")
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--seed", type=int, default=0, help="sampling and scripted-policy seed")
     e.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="extra env kwargs")
     e.add_argument("--no-resume", action="store_true", help="start over instead of resuming trajectories.jsonl")
     e.add_argument("--env-workers", type=bounded(int, 0), default=0,
@@ -287,13 +303,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", help="also write compare.md and compare.png here")
     c.set_defaults(fn=cmd_compare)
     s = sub.add_parser("score", help="score JSONL records (data-set layout + a 'response' field) with a verifier")
-    s.add_argument("--verifier", required=True, choices=["qa", "code", "swe"])
-    s.add_argument("--input", required=True)
-    s.add_argument("--out", required=True)
+    s.add_argument("--verifier", required=True, help="qa, code, swe, or a plugin's verifier (e.g. the example's sql)")
+    s.add_argument("--input", required=True, help="JSONL records in their data set's layout, each with a 'response'")
+    s.add_argument("--out", required=True, help="JSONL: each record with 'score' and 'details' (never the input file)")
     s.add_argument("--workers", type=bounded(int, 1), default=2, help="records scored in parallel (code, swe: sandbox runs)")
     s.add_argument("--no-extract", action="store_true",
                    help="score the response as it is (default: the answer / program / patch in it, as every entry point does)")
     s.set_defaults(fn=cmd_score)
+    ad = sub.add_parser("adapters", help="where the TRL / verl / OpenRLHF verifier adapters are (file paths)")
+    ad.add_argument("--path", choices=["trl", "verl", "openrlhf"], help="print only this adapter's file")
+    ad.set_defaults(fn=cmd_adapters)
     ix = sub.add_parser("index", help="retrieval indexes").add_subparsers(dest="index_command", required=True)
     b = ix.add_parser("build", help="build a BM25, dense or hybrid index from a JSONL corpus")
     b.add_argument("--corpus", required=True, help="JSONL (or .jsonl.gz), one document a line")

@@ -48,3 +48,13 @@ def test_a_shipped_recipe_loads_by_name_from_anywhere(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert load_config("docread_cigpo").algorithm.estimator == "info_gain"
     assert load_config("configs/docread_cigpo.yaml").algorithm.estimator == "info_gain"  # the README's form
+
+
+def test_adapters_prints_files_that_exist(tmp_path):
+    r = run(["adapters", "--path", "verl"], tmp_path)
+    assert r.returncode == 0 and Path(r.stdout.strip()).is_file() and r.stdout.strip().endswith("verl.py")
+
+
+def test_eval_help_lists_every_policy_and_harness(tmp_path):
+    out = run(["eval", "--help"], tmp_path).stdout
+    assert all(word in out for word in ("noop", "oracle-title", "tags", "text", "json"))

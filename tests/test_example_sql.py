@@ -72,3 +72,14 @@ def test_trains_two_steps_and_evaluates(tiny_model_dir, tmp_path):
     assert main(["eval", "--env", "sqlite/HotpotSQL-v0", "--tasks", "hotpot_sql:test", "--limit", "2",
                  "--policy", str(run / "hf"), "--max-tokens", "16", "--out", str(tmp_path / "eval")]) == 0
     assert json.loads((tmp_path / "eval" / "summary.json").read_text())["n"] == 2
+
+
+def test_sleuth_score_takes_the_plugin_verifier(tmp_path, capsys):
+    task = load_tasks("hotpot_sql:test", limit=1)[0]
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps({"answer": task.answer, "response": r}) + "\n"
+                           for r in (task.answer, "SELECT 1 WHERE 0")))
+    assert main(["score", "--verifier", "sql", "--input", str(src), "--out", str(out)]) == 0
+    assert [json.loads(x)["score"] for x in out.read_text().splitlines()] == [1.0, 0.0]
+    assert main(["score", "--verifier", "sq", "--input", str(src), "--out", str(out)]) == 2
+    assert "unknown verifier 'sq' (did you mean 'sql'?)" in capsys.readouterr().err

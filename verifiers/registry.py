@@ -26,19 +26,23 @@ def get_verifier(name: str) -> Callable[..., Verdict]:
         from sleuth.verifiers.swe import SWEVerifier
 
         return SWEVerifier()
+    import difflib
     import importlib.metadata
 
-    for ep in importlib.metadata.entry_points(group="sleuth.verifiers"):  # plugins: name → "module:factory"
-        if ep.name == name:
-            return ep.load()()
-    raise ValueError(f"unknown verifier {name!r}; known: {', '.join(VERIFIERS)} (and plugins)")
+    plugins = {ep.name: ep for ep in importlib.metadata.entry_points(group="sleuth.verifiers")}  # name → factory
+    if name in plugins:
+        return plugins[name].load()()
+    known = [*VERIFIERS, *sorted(plugins)]
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(f"unknown verifier {name!r}{hint}; known: {', '.join(known)}")
 
 
 def extractor(name: str) -> Callable[[str], str]:
-    """What part of a free-form reply the verifier scores."""
+    """What part of a free-form reply the verifier scores (a plugin's verifier gets the reply as it is)."""
     from sleuth.verifiers.extract import extract_answer, extract_code, extract_diff
 
-    return {"code": extract_code, "swe": extract_diff}.get(name, extract_answer)
+    return {"qa": extract_answer, "code": extract_code, "swe": extract_diff}.get(name, lambda text: text)
 
 
 def verdict(name: str, record: dict[str, Any], response: str, extract: bool = True) -> Verdict:
