@@ -101,7 +101,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     try:
         result = compare(args.run_a, args.run_b)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:
         return _fail(str(e))
     text = to_markdown(result)
     print(text)

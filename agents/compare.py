@@ -41,6 +41,9 @@ def compare(run_a: str | Path, run_b: str | Path, resamples: int = 2000) -> dict
     if not a or not b:
         raise FileNotFoundError(f"no trajectories in {run_a if not a else run_b}")
     shared = sorted(set(a) & set(b))
+    if not shared:
+        raise ValueError(f"{run_a} ({len(a)} tasks) and {run_b} ({len(b)} tasks) share no task: a paired comparison "
+                         "needs runs on the same questions (same --tasks and --limit)")
     rows = []
     for m in METRICS:
         ids = [t for t in shared if m in a[t] and m in b[t]]
@@ -76,13 +79,15 @@ def write_comparison_plot(result: dict[str, Any], path: Path) -> None:
     rows = result["rows"]
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(rows)), 3.6))
     x = range(len(rows))
-    ax.bar([i - 0.2 for i in x], [r["a"] for r in rows], 0.4, label="A")
-    ax.bar([i + 0.2 for i in x], [r["b"] for r in rows], 0.4, label="B",
-           yerr=[[r["b"] - (r["a"] + r["ci_low"]) for r in rows], [(r["a"] + r["ci_high"]) - r["b"] for r in rows]],
-           capsize=3)
+    a = ax.bar([i - 0.2 for i in x], [r["a"] for r in rows], 0.4, label="A")
+    b = ax.bar([i + 0.2 for i in x], [r["b"] for r in rows], 0.4, label="B",
+               yerr=[[r["b"] - (r["a"] + r["ci_low"]) for r in rows], [(r["a"] + r["ci_high"]) - r["b"] for r in rows]],
+               capsize=3)
+    for bars in (a, b):
+        ax.bar_label(bars, fmt="%.2f", fontsize=7, label_type="center")  # zeros stay visible
     ax.set_xticks(list(x), [r["metric"] for r in rows])
-    ax.set_ylim(0, 1.05)
-    ax.legend()
+    ax.set_ylim(0, 1.1)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over them
     ax.set_title("B vs A (error bars: 95% CI of B − A, placed on B)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

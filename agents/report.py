@@ -67,8 +67,9 @@ def write_report(out: Path, summary: dict[str, Any], trajs: Sequence[Trajectory]
     plt = _plt()
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     metrics = rates([summary])
-    a.bar(metrics, [summary[m] for m in metrics], color="#4c72b0")
-    a.set_ylim(0, 1)
+    bars = a.bar(metrics, [summary[m] for m in metrics], color="#4c72b0")
+    a.bar_label(bars, fmt="%.2f", fontsize=8)  # a zero is a visible "0.00", not a missing bar
+    a.set_ylim(0, 1.1)
     a.set_title(f"{summary['policy']} on {summary.get('tasks', '')} (n={summary['n']})")
     kinds = _turn_outcomes([t for t in trajs if t.error is None])
     bottom = [0] * len(next(iter(kinds.values()), []))
@@ -119,10 +120,11 @@ def write_comparison(out: Path, summaries: Sequence[dict[str, Any]]) -> str:
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 3.8))
     width = 0.8 / len(metrics)
     for k, metric in enumerate(metrics):
-        ax.bar([i + k * width for i in range(len(rows))], [r[metric] for r in rows], width, label=metric)
+        bars = ax.bar([i + k * width for i in range(len(rows))], [r[metric] for r in rows], width, label=metric)
+        ax.bar_label(bars, fmt="%.2f", fontsize=6, rotation=90, padding=2)  # zeros stay visible
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], [r["run"] for r in rows], fontsize=8)
-    ax.set_ylim(0, 1.05)
-    ax.legend(fontsize=8)
+    ax.set_ylim(0, 1.15)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over them
     ax.set_title("held-out comparison")
     fig.tight_layout()
     fig.savefig(out / "comparison.png", dpi=110)

@@ -103,6 +103,9 @@ def plot_run(run_dir: Path, panels: Sequence[tuple[str, list[str]]] | None = Non
     if not rows:
         raise FileNotFoundError(f"no metrics in {Path(run_dir) / 'metrics.jsonl'}")
     panels = panels or (SFT_PLOTS if "loss/nll" in rows[0] else PLOTS)
+    from matplotlib.ticker import MaxNLocator
+
+    first, last = min(r["step"] for r in rows), max(r["step"] for r in rows)
     cols = 3
     fig, axes = plt.subplots(-(-len(panels) // cols), cols, figsize=(14, 3.3 * -(-len(panels) // cols)), squeeze=False)
     for ax in axes.flat[len(panels):]:
@@ -114,6 +117,9 @@ def plot_run(run_dir: Path, panels: Sequence[tuple[str, list[str]]] | None = Non
                 ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=key)
         ax.set_title(title)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+        if first == last:  # one step: a unit-wide axis, not 0.96 … 1.04
+            ax.set_xlim(first - 1, last + 1)
         if ax.lines:
             ax.legend(fontsize=7)
     fig.tight_layout()

@@ -1,0 +1,50 @@
+"""Report plots: zero values visible, legends beside the bars, integer steps, refused empty comparisons."""
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plotting code closes, kept for inspection."""
+    kept = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: kept.append(fig))
+    return kept
+
+
+def test_comparison_bars_label_zero_values_and_keep_the_legend_outside(tmp_path, figures):
+    from sleuth.agents.report import write_comparison
+
+    rows = [{"run": "a", "policy": "a", "n": 2, "score": 0.0, "em": 0.0, "f1": 0.0, "support_recall": 0.5},
+            {"run": "b", "policy": "b", "n": 2, "score": 1.0, "em": 1.0, "f1": 1.0, "support_recall": 1.0}]
+    write_comparison(tmp_path, rows)
+    ax = figures[-1].axes[0]
+    labels = [t.get_text() for t in ax.texts]
+    assert labels.count("0.00") >= 2  # the two zero bars of run a carry a visible label
+    legend = ax.get_legend()
+    assert legend._bbox_to_anchor is not None and legend._bbox_to_anchor.x0 > ax.bbox.x1 - 1
+
+
+def test_a_one_step_training_plot_has_integer_steps(tmp_path, figures):
+    from sleuth.training.metrics import plot_run
+
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5, "loss/policy": 0.1}) + "\n")
+    plot_run(tmp_path)
+    low, high = figures[-1].axes[0].get_xlim()
+    assert low <= 0 and high >= 2  # not 0.96 … 1.04
+
+
+def test_compare_with_no_shared_tasks_exits_non_zero(tmp_path, capsys):
+    from sleuth.cli import main
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--limit", "2", "--out", str(a)]) == 0
+    assert main(["eval", "--tasks", "hotpotqa:dev", "--policy", "oracle", "--limit", "2", "--out", str(b)]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(a), str(b)]) == 2
+    assert "share no task" in capsys.readouterr().err
