@@ -5,6 +5,7 @@ the retrieved ids, and whether gold paragraphs were retrieved and opened."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -80,11 +81,18 @@ class SearchEnv(ToolEnv):
         render_mode: str | None = None,
     ):
         self.retriever = _retriever(retriever, corpus)
+        self.tasks_without_gold_in_index = 0
         self.default_k, self.snippet_chars = k, snippet_chars
         super().__init__(tasks, verifier or QAVerifier(metric), harness, max_turns, render_mode)
 
     def on_reset(self, task: Task) -> None:
         self.gold = set(task.payload.get("supporting", []))
+        if self.gold and not self._gold_in_index():
+            self.tasks_without_gold_in_index += 1
+            if self.tasks_without_gold_in_index == 1:  # once per env: an eval would repeat it per task
+                warnings.warn(f"Search-v0: none of task {task.id!r}'s supporting documents "
+                              f"({', '.join(sorted(self.gold))}) is in the index: is it an index of this corpus? "
+                              "Scores then measure the policy's memory, not its search.", stacklevel=2)
         self.queries: list[dict[str, Any]] = []
         self.opened: list[dict[str, Any]] = []
         self._event: dict[str, Any] | None = None
@@ -141,6 +149,18 @@ class SearchEnv(ToolEnv):
             text: the answer
         """
         return text.strip()
+
+    def _gold_in_index(self) -> bool:
+        """Whether any supporting document is in the index: by id (titles are the ids of the shipped
+        corpora), else among the top hits of a search for its title."""
+        for title in self.gold:
+            if self.retriever.get(title) is not None:
+                return True
+            for hit in self.retriever.search([title], 3)[0]:
+                doc = self.retriever.get(hit.id)
+                if doc is not None and doc.title in self.gold:
+                    return True
+        return False
 
     def _is_gold(self, doc_id: str) -> bool:
         """Gold is decided by title (the data sets name supporting paragraphs by title)."""

@@ -258,3 +258,21 @@ def test_search_writes_a_valid_trec_run_for_title_ids_and_repeated_queries(tmp_p
     queries.write_text(json.dumps({"id": "my query", "text": "x"}) + "\n")
     assert main(["search", "--index", str(tmp_path / "ix"), "--queries", str(queries), "--out", str(tmp_path / "r2")]) == 2
     assert "holds whitespace" in capsys.readouterr().err
+
+
+def test_search_env_warns_once_when_the_index_is_of_another_corpus(hotpot_tasks):
+    import warnings
+
+
+    env = sleuth.make("Search-v0", retriever=BM25Index(DOCS))  # an index of capitals, not of HotpotQA
+    with pytest.warns(UserWarning, match="supporting documents .* is in the index"):
+        env.reset(options={"task": hotpot_tasks[0]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env.reset(options={"task": hotpot_tasks[1]})  # said once, counted always
+    assert env.unwrapped.tasks_without_gold_in_index == 2
+    right = sleuth.make("Search-v0", retriever=BM25Index([Doc(t, t, "text") for t in hotpot_tasks[0].payload["supporting"]]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        right.reset(options={"task": hotpot_tasks[0]})
+    assert right.unwrapped.tasks_without_gold_in_index == 0
