@@ -48,3 +48,34 @@ def test_compare_with_no_shared_tasks_exits_non_zero(tmp_path, capsys):
     capsys.readouterr()
     assert main(["compare", str(a), str(b)]) == 2
     assert "share no task" in capsys.readouterr().err
+
+
+def test_wandb_offline_run_holds_the_metrics_and_resume_continues_it(tmp_path, monkeypatch):
+    import glob
+    from pathlib import Path
+
+    from sleuth.training.metrics import MetricsLogger, WandbConfig
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = WandbConfig(project="sleuth-test", mode="offline")
+    log = MetricsLogger(tmp_path, tensorboard=False, wandb=cfg, config={"lr": 1e-5})
+    log.log(1, {"reward/mean": 0.25, "note": "text is not a scalar"})
+    log.log(2, {"reward/mean": 0.5})
+    assert log.wandb.summary["reward/mean"] == 0.5 and "note" not in log.wandb.summary.keys()
+    log.close()
+    run_id = (tmp_path / "wandb" / "run-id").read_text()
+    runs = glob.glob(str(tmp_path / "wandb" / "offline-run-*"))
+    assert len(runs) == 1 and runs[0].endswith(run_id)  # `wandb sync` uploads this directory later
+    assert (Path(runs[0]) / f"run-{run_id}.wandb").stat().st_size > 0
+    again = MetricsLogger(tmp_path, resume_step=2, tensorboard=False, wandb=cfg)
+    assert again.wandb.id == run_id  # the same W&B run, continued
+    again.close()
+
+
+def test_wandb_is_off_unless_a_project_is_named(tmp_path, monkeypatch):
+    from sleuth.training.metrics import MetricsLogger, WandbConfig
+
+    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    assert MetricsLogger(tmp_path, tensorboard=False, wandb=WandbConfig()).wandb is None
+    with pytest.raises(ValueError, match="wandb.mode"):
+        WandbConfig(project="p", mode="cloud")

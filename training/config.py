@@ -17,6 +17,7 @@ import yaml
 
 from sleuth.training.engine import EngineConfig
 from sleuth.training.losses import LossConfig
+from sleuth.training.metrics import WandbConfig
 
 
 class ConfigError(ValueError):
@@ -116,6 +117,7 @@ class TrainConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     tensorboard: bool = True
+    wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:

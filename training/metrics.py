@@ -1,4 +1,5 @@
-"""Training metrics: one JSON line per step in `metrics.jsonl` plus TensorBoard scalars, and PNG plots.
+"""Training metrics: one JSON line per step in `metrics.jsonl` plus TensorBoard scalars (and Weights & Biases
+when configured), and PNG plots.
 
 On resume the log is cut back to the checkpointed step, so the file always reads as one continuous run."""
 
@@ -6,7 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +19,26 @@ import numpy as np
 MISMATCH_WARN = 0.01  # mean |Δlogp| between rollout engine and trainer above this is reported as unhealthy
 
 
+@dataclass
+class WandbConfig:
+    """Weights & Biases, beside JSONL and TensorBoard: on when `project` is set (or `$WANDB_PROJECT`).
+    `mode: offline` writes the run under OUT/wandb without a network (`wandb sync` uploads it later)."""
+    project: str | None = None
+    mode: str = "offline"  # offline | online
+    name: str | None = None  # default: the run directory's name
+    entity: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("offline", "online"):
+            raise ValueError(f"wandb.mode must be offline or online; got {self.mode!r}")
+
+    def resolved_project(self) -> str | None:
+        return self.project or os.environ.get("WANDB_PROJECT") or None
+
+
 class MetricsLogger:
-    def __init__(self, out: Path, resume_step: int = 0, tensorboard: bool = True):
+    def __init__(self, out: Path, resume_step: int = 0, tensorboard: bool = True, wandb: WandbConfig | None = None,
+                 config: dict[str, Any] | None = None):
         self.path = Path(out) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= resume_step] if resume_step else []
@@ -26,6 +48,9 @@ class MetricsLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             self.tb = SummaryWriter(str(Path(out) / "tensorboard"), purge_step=resume_step + 1 if resume_step else None)
+        self.wandb = None
+        if wandb is not None and wandb.resolved_project():
+            self.wandb = _wandb_run(Path(out), wandb, config or {}, resume_step)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
@@ -36,10 +61,29 @@ class MetricsLogger:
                 if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
                     self.tb.add_scalar(k, v, step)
             self.tb.flush()
+        if self.wandb is not None:
+            self.wandb.log({k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float))}, step=step,
+                           commit=True)  # each step is whole when logged: commit it now
 
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def _wandb_run(out: Path, cfg: WandbConfig, config: dict[str, Any], resume_step: int) -> Any:
+    try:
+        import wandb
+    except ImportError:
+        raise ImportError("wandb.project is set but wandb is not installed: pip install 'sleuth[wandb]'") from None
+    # one W&B run per run directory, its id kept there, so --resume continues the same W&B run
+    id_file = out / "wandb" / "run-id"
+    id_file.parent.mkdir(parents=True, exist_ok=True)
+    run_id = id_file.read_text().strip() if resume_step and id_file.exists() else secrets.token_hex(4)
+    id_file.write_text(run_id)
+    return wandb.init(project=cfg.resolved_project(), entity=cfg.entity, name=cfg.name or out.name, id=run_id,
+                      resume="allow", mode=cfg.mode, dir=str(out), config=config)
 
 
 def _plain(v: Any) -> Any:

@@ -26,7 +26,7 @@ from sleuth.training.config import CheckpointConfig, ConfigError, to_dict
 from sleuth.training.engine import EngineConfig, build_engine, device, init_distributed, resolved_dtype
 from sleuth.training.forward import ScoredForward
 from sleuth.training.losses import scored_logprobs
-from sleuth.training.metrics import MetricsLogger
+from sleuth.training.metrics import MetricsLogger, WandbConfig
 from sleuth.training.sft_data import (
     SOURCES,
     accepted,
@@ -85,6 +85,7 @@ class SFTConfig:
     engine: EngineConfig = field(default_factory=lambda: EngineConfig(lr=5e-5))
     checkpoint: CheckpointConfig = field(default_factory=lambda: CheckpointConfig(every=0))
     tensorboard: bool = True
+    wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1 or self.micro_batch_tokens < 1:
@@ -140,7 +141,8 @@ class SFTTrainer:
         if resume:
             state = checkpoint.load(self.engine, self.ckpt_root)
             self.step = int(state["step"]) if state else 0
-        self.logger = MetricsLogger(self.out, self.step, cfg.tensorboard) if self.rank == 0 else None
+        self.logger = (MetricsLogger(self.out, self.step, cfg.tensorboard, cfg.wandb, to_dict(cfg))
+                       if self.rank == 0 else None)
         self._rollout: Any = None
         if self.rank == 0:
             import yaml

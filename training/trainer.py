@@ -91,7 +91,8 @@ class Trainer:
                 self.sampler.load(state["sampler"])
         self.rollout.sync(self.engine.module)  # verified, also at a fresh start: the engine must match
         self.rollout.policy.version = version
-        self.logger = MetricsLogger(self.out, self.step, cfg.tensorboard) if self.rank == 0 else None
+        self.logger = (MetricsLogger(self.out, self.step, cfg.tensorboard, cfg.wandb, _yaml_safe(to_dict(cfg)))
+                       if self.rank == 0 else None)
         if self.rank == 0:
             import yaml
 
