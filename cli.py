@@ -71,6 +71,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 )
             except ValueError as e:  # e.g. a baseline that does not apply to this env
                 return _fail(f"{run}: {e} (finished episodes are kept in {out})")
+            except OSError as e:  # the output cannot be written (a read-only or virtual file system)
+                return _fail(f"cannot write the run to {out}: {e.strerror or e}")
             summaries.append(summary)
             if summary["n"] == 0:  # nothing ran (e.g. DocRead on tasks without documents): not a result
                 errors = [t.error for t in load_trajectories((out / run if multi else out) / "trajectories.jsonl")

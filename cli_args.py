@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -46,8 +47,13 @@ def output_dir(text: str) -> str:
     """An argparse `type` for a run directory: not empty, not an existing file."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must name a directory (got an empty string)")
-    if Path(text).exists() and not Path(text).is_dir():
+    path = Path(text)
+    if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a directory")
+    # an unwritable place fails here, before any work (nothing is created yet)
+    parent = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot create {text}: {parent} is not a writable directory")
     return text
 
 

@@ -58,3 +58,26 @@ def test_adapters_prints_files_that_exist(tmp_path):
 def test_eval_help_lists_every_policy_and_harness(tmp_path):
     out = run(["eval", "--help"], tmp_path).stdout
     assert all(word in out for word in ("noop", "oracle-title", "tags", "text", "json"))
+
+
+def test_an_unwritable_out_is_one_line(tmp_path):
+    r = run(["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--limit", "1", "--out", "/proc/sleuth/x"], tmp_path)
+    assert r.returncode == 2 and "cannot" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_ctrl_c_exits_130_without_a_traceback_and_keeps_finished_episodes(tmp_path):
+    import signal
+    import time
+
+    clean = {k: v for k, v in os.environ.items() if k != "SLEUTH_DATA"}
+    proc = subprocess.Popen([SLEUTH, "eval", "--tasks", "hotpotqa:train", "--policy", "oracle", "--concurrency", "1",
+                             "--out", "out"], cwd=tmp_path, env=clean, stderr=subprocess.PIPE, text=True)
+    out = tmp_path / "out" / "trajectories.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 3):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err and "interrupted" in err, err
+    lines = out.read_text().splitlines()
+    assert len(lines) >= 3 and all(json.loads(x)["task_id"] for x in lines)  # whole episodes, none torn
