@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sleuth.cli_args import fail, parse_kv
+from sleuth.cli_args import bounded, fail, parse_kv
 
 
 def _run_config(args: argparse.Namespace, load: Callable[..., Any]) -> Any:
@@ -101,7 +101,7 @@ def add_training_parsers(sub: Any) -> None:
         t = sub.add_parser(name, help=help_)
         t.add_argument("--config", help="YAML config (configs/*.yaml); every key has a default")
         t.add_argument("--out", help="run directory (overrides the config's out)")
-        t.add_argument("--max-steps", type=int, help="overrides the config's max_steps")
+        t.add_argument("--max-steps", type=bounded(int, 1), help="overrides the config's max_steps")
         t.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
         t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help=f"override any config key, e.g. --set {example} (repeatable)")

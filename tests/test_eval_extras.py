@@ -105,3 +105,17 @@ def test_eval_out_naming_a_file_is_refused_and_the_file_kept(tmp_path, capsys):
 def test_bad_yaml_in_an_override_is_a_one_line_error(capsys):
     with pytest.raises(SystemExit, match=r"--set env_args: the value '\{harness: json' is not valid YAML"):
         main(["train", "--set", "env_args={harness: json"])
+
+
+@pytest.mark.parametrize("argv", [
+    ["search", "--index", "ix", "--queries", "q.jsonl", "--out", "run", "--k", "0"],
+    ["serve", "env", "--max-sessions", "0"],
+    ["serve", "verifier", "--name", "qa", "--workers", "0"],
+    ["score", "--verifier", "qa", "--input", "a", "--out", "b", "--workers", "-1"],
+    ["train", "--max-steps", "0"],
+    ["sft", "--max-steps", "-3"],
+])
+def test_other_commands_refuse_bad_numbers_too(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and "must be ≥" in capsys.readouterr().err
