@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sleuth.envs.tools import Tool
+from sleuth.registry import Registry
 
 
 @dataclass
@@ -222,12 +223,13 @@ def _strip_quotes(s: str) -> str:
     return s[1:-1] if len(s) >= 2 and s[0] == s[-1] and s[0] in "\"'" else s
 
 
-PARSERS: dict[str, type] = {"json": JSONParser, "text": TextParser, "tags": TagParser, "searchr1": TagParser}
+# Tool-call formats by name (plugins: entry-point group `sleuth.parsers`, name → a ToolCallParser class).
+PARSERS: Registry[Callable[[], ToolCallParser]] = Registry("tool-call format", group="sleuth.parsers")
+for _name, _cls in {"json": JSONParser, "text": TextParser, "tags": TagParser, "searchr1": TagParser}.items():
+    PARSERS.register(_name, _cls, "sleuth")
 
 
 def get_parser(name: str | ToolCallParser) -> ToolCallParser:
     if not isinstance(name, str):
         return name
-    if name not in PARSERS:
-        raise ValueError(f"unknown tool-call format {name!r}; known: {', '.join(PARSERS)}")
-    return PARSERS[name]()
+    return PARSERS.get(name)()

@@ -1,16 +1,23 @@
 """Rewards and advantage estimators: registered, composable components that see only Trajectories.
 
-`make_estimator("grpo")` returns an `Estimator`: `est(trajs, tasks).values` holds one advantage per policy
-token of each trajectory."""
+`sleuth.rewards.make("grpo")` returns an `Estimator`: `est(trajs, tasks).values` holds one advantage per
+policy token of each trajectory. `@sleuth.rewards.register("name")` adds one; `names()` lists them
+(the registry is `ESTIMATORS`; plugins declare theirs under the entry-point group `sleuth.estimators`)."""
 
-from sleuth.rewards import contribution, gear, gigpo, group, info_gain  # noqa: F401  (register the estimators)
+from sleuth.rewards import contribution, gear, gigpo, group, info_gain  # noqa: E402, F401, I001  (register the estimators)
 from sleuth.rewards.base import (
+    ESTIMATORS,
     Advantages,
     Estimator,
     MixingSpec,
     estimators,
+    make,
     make_estimator,
+    names,
+    register,
     register_estimator,
 )
 
-__all__ = ["Advantages", "Estimator", "MixingSpec", "estimators", "make_estimator", "register_estimator"]
+__all__ = ["ESTIMATORS", "Advantages", "Estimator", "MixingSpec", "make", "names", "register",
+           # deprecated names
+           "estimators", "make_estimator", "register_estimator"]

@@ -5,11 +5,12 @@ optimiser) and never writes into them. Every estimator is an `Estimator`: the tr
 tasks)` and gets `Advantages` (per trajectory, aligned with its action tokens in order:
 `traj.num_policy_tokens` values, or `(tokens, K)` granularities that the trainer mixes when `est.mixing` is
 set) plus the estimator's own metrics. Between steps it calls `refresh` when `refresh_due(step)` says so.
-Estimators are registered by name and built from a config with keyword arguments."""
+Estimators are registered by name (`ESTIMATORS`, one `sleuth.registry.Registry`) and built from a config
+with keyword arguments by `make`."""
 
 from __future__ import annotations
 
-import importlib.metadata
+import warnings
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from sleuth.agents.trajectory import Trajectory
+from sleuth.registry import Registry
 
 ESTIMATOR_GROUP = "sleuth.estimators"
 
@@ -64,28 +66,24 @@ class Estimator(ABC):
             self.step_source.check_policy(tokenizer)
 
 
-_ESTIMATORS: dict[str, Callable[..., Estimator]] = {}
+ESTIMATORS: Registry[Callable[..., Estimator]] = Registry("advantage estimator", group=ESTIMATOR_GROUP)
 
 
-def register_estimator(name: str) -> Callable[[Callable[..., Estimator]], Callable[..., Estimator]]:
-    def deco(factory: Callable[..., Estimator]) -> Callable[..., Estimator]:
-        _ESTIMATORS[name] = factory
-        return factory
-    return deco
+def register(name: str, source: str = "user") -> Callable[[Callable[..., Estimator]], Callable[..., Estimator]]:
+    """`@sleuth.rewards.register("name")` on an `Estimator` subclass or a factory that returns one."""
+    return ESTIMATORS.decorator(name, source)
 
 
-def estimators() -> list[str]:
-    _load_plugins()
-    return sorted(_ESTIMATORS)
+def names() -> list[str]:
+    """The registered estimators, plugins' included."""
+    return ESTIMATORS.names()
 
 
-def make_estimator(name: str, **kwargs: Any) -> Estimator:
+def make(name: str, **kwargs: Any) -> Estimator:
     """Build a registered estimator; unknown names and unknown arguments fail with the valid choices."""
-    _load_plugins()
-    if name not in _ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {name!r}; registered: {', '.join(sorted(_ESTIMATORS))}")
+    factory = ESTIMATORS.get(name)
     try:
-        est = _ESTIMATORS[name](**kwargs)
+        est = factory(**kwargs)
     except TypeError as e:
         raise ValueError(f"bad arguments for estimator {name!r}: {e}") from None
     if not isinstance(est, Estimator):
@@ -93,10 +91,22 @@ def make_estimator(name: str, **kwargs: Any) -> Estimator:
     return est
 
 
-def _load_plugins() -> None:
-    for ep in importlib.metadata.entry_points(group=ESTIMATOR_GROUP):
-        if ep.name not in _ESTIMATORS:
-            _ESTIMATORS[ep.name] = ep.load()
+def make_estimator(name: str, **kwargs: Any) -> Estimator:
+    """Deprecated name of `sleuth.rewards.make`."""
+    warnings.warn("make_estimator is deprecated: use sleuth.rewards.make", DeprecationWarning, stacklevel=2)
+    return make(name, **kwargs)
+
+
+def register_estimator(name: str) -> Callable[[Callable[..., Estimator]], Callable[..., Estimator]]:
+    """Deprecated name of `sleuth.rewards.register`."""
+    warnings.warn("register_estimator is deprecated: use sleuth.rewards.register", DeprecationWarning, stacklevel=2)
+    return register(name)
+
+
+def estimators() -> list[str]:
+    """Deprecated name of `sleuth.rewards.names`."""
+    warnings.warn("estimators() is deprecated: use sleuth.rewards.names()", DeprecationWarning, stacklevel=2)
+    return names()
 
 
 # -- helpers shared by estimators -------------------------------------------------------------------

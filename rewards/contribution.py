@@ -33,7 +33,7 @@ from sleuth.rewards.base import (
     outcome,
     per_token,
     per_turn,
-    register_estimator,
+    register,
 )
 from sleuth.rewards.group import GroupOutcome
 from sleuth.rewards.info_gain import InfoGain, read_documents
@@ -181,12 +181,12 @@ class CWGRPOAdv(Estimator):
         return Advantages([per_token(t, a) for t, a in zip(trajs, out, strict=True)], metrics)
 
 
-@register_estimator("cw_grpo")
+@register("cw_grpo")
 def cw_grpo(**kwargs: Any) -> CWGRPO:
     return CWGRPO(**kwargs)
 
 
-@register_estimator("cw_grpo_adv")
+@register("cw_grpo_adv")
 def cw_grpo_adv(**kwargs: Any) -> CWGRPOAdv:
     if "phi_clip" in kwargs:
         kwargs["phi_clip"] = tuple(kwargs["phi_clip"])

@@ -25,7 +25,7 @@ from sleuth.rewards.base import (
     groups,
     per_token,
     per_turn,
-    register_estimator,
+    register,
 )
 from sleuth.rewards.group import GroupOutcome
 from sleuth.rewards.info_gain import InfoGain
@@ -164,11 +164,11 @@ class GearMix(Estimator):
         return Advantages([np.stack([p[i] for p in parts], axis=-1) for i in range(len(trajs))], metrics)
 
 
-@register_estimator("gear_mix")
+@register("gear_mix")
 def gear_mix(**kwargs: Any) -> GearMix:
     return GearMix(**kwargs)
 
 
-@register_estimator("gear_gt")
+@register("gear_gt")
 def gear_gt(**kwargs: Any) -> GearGT:
     return GearGT(**kwargs)

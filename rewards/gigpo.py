@@ -28,7 +28,7 @@ from sleuth.rewards.base import (
     groups,
     outcome,
     per_turn,
-    register_estimator,
+    register,
 )
 from sleuth.rewards.group import GroupOutcome
 from sleuth.rewards.info_gain import InfoGain
@@ -84,6 +84,6 @@ class GiGPO(Estimator):
                           metrics)
 
 
-@register_estimator("gigpo")
+@register("gigpo")
 def gigpo(**kwargs: Any) -> GiGPO:
     return GiGPO(**kwargs)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from sleuth.agents.trajectory import Trajectory
-from sleuth.rewards.base import Advantages, Estimator, groups, outcome, per_token, register_estimator
+from sleuth.rewards.base import Advantages, Estimator, groups, outcome, per_token, register
 
 
 def group_advantages(rewards: np.ndarray, kind: str, eps: float = 1e-6) -> np.ndarray:
@@ -48,16 +48,16 @@ class GroupOutcome(Estimator):
         return Advantages([per_token(t, a) for t, a in zip(trajs, self.trajectory_advantages(trajs), strict=True)])
 
 
-@register_estimator("grpo")
+@register("grpo")
 def grpo(eps: float = 1e-6) -> GroupOutcome:
     return GroupOutcome("grpo", eps)
 
 
-@register_estimator("dr_grpo")
+@register("dr_grpo")
 def dr_grpo() -> GroupOutcome:
     return GroupOutcome("dr_grpo")
 
 
-@register_estimator("rloo")
+@register("rloo")
 def rloo() -> GroupOutcome:
     return GroupOutcome("rloo")

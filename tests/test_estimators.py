@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sleuth.agents.trajectory import ReadEvent, Trajectory, Turn
-from sleuth.rewards import estimators, make_estimator
+from sleuth.rewards import make as make_estimator
+from sleuth.rewards import names as estimators
 from sleuth.rewards.group import group_advantages
 
 
@@ -49,7 +50,7 @@ def test_grpo_bound(rewards):
 
 
 def test_unknown_estimator_and_arguments_are_refused():
-    with pytest.raises(ValueError, match="registered: .*grpo"):
+    with pytest.raises(ValueError, match="did you mean .grpo.*known: .*grpo"):
         make_estimator("grpo2")
     with pytest.raises(ValueError, match="bad arguments"):
         make_estimator("dr_grpo", eps=1)
@@ -205,9 +206,9 @@ def test_refresh_and_policy_checks_reach_a_nested_step_reward():
 
 
 def test_a_factory_that_builds_no_estimator_is_refused():
-    from sleuth.rewards.base import _ESTIMATORS, register_estimator
+    from sleuth.rewards import ESTIMATORS, register
 
-    @register_estimator("_not_an_estimator")
+    @register("_not_an_estimator")
     def bad():
         return lambda trajs: []
 
@@ -215,4 +216,4 @@ def test_a_factory_that_builds_no_estimator_is_refused():
         with pytest.raises(TypeError, match="not a sleuth.rewards.Estimator"):
             make_estimator("_not_an_estimator")
     finally:
-        del _ESTIMATORS["_not_an_estimator"]
+        ESTIMATORS.unregister("_not_an_estimator")

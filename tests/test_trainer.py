@@ -36,7 +36,7 @@ def test_oracle_seeded_group_raises_the_correct_trajectory(tiny_model_dir, hotpo
     from train_helpers import surrogate
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sleuth.rewards import make_estimator
+    from sleuth.rewards import make as make_estimator
     from sleuth.training.engine import EngineConfig, build_engine, init_distributed
     from sleuth.training.losses import LossConfig
     from sleuth.training.update import PolicyUpdater

@@ -31,9 +31,9 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, resume: bool = False, progress: bool = True):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from sleuth import rewards
         from sleuth.agents.chat import ChatRenderer
         from sleuth.agents.models import resolve_model
-        from sleuth.rewards import make_estimator
         from sleuth.tasks import LeakageError, check_tasks, held_out_specs, load_held_out, load_tasks
         from sleuth.training.rollout import make_rollout
 
@@ -47,7 +47,7 @@ class Trainer:
         if not resume and checkpoint.latest(self.ckpt_root):
             raise ConfigError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
         torch.manual_seed(cfg.seed + self.rank)
-        self.estimator = make_estimator(cfg.algorithm.estimator, **cfg.algorithm.estimator_args)
+        self.estimator = rewards.make(cfg.algorithm.estimator, **cfg.algorithm.estimator_args)
         self.tasks = load_tasks(cfg.tasks, limit=cfg.task_limit)
         try:  # evaluation data never trains: the source's test split and the run's eval tasks stay out
             check_tasks(self.tasks, load_held_out(held_out_specs(cfg.tasks, [cfg.eval.tasks])), f"tasks {cfg.tasks}")

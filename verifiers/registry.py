@@ -6,36 +6,39 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from sleuth.verifiers.base import Verdict
+from sleuth.registry import Registry
+from sleuth.verifiers.base import Verdict, Verifier
 
-VERIFIERS = ("qa", "code", "swe")
+
+def _qa() -> Verifier:
+    from sleuth.verifiers.qa import QAVerifier
+
+    return QAVerifier()
+
+
+def _code() -> Verifier:
+    from sleuth.verifiers.code import CodeVerifier
+
+    return CodeVerifier()
+
+
+def _swe() -> Verifier:
+    from sleuth.verifiers.swe import SWEVerifier
+
+    return SWEVerifier()
+
+
+# name → a factory of the verifier; plugins declare theirs under the entry-point group `sleuth.verifiers`
+VERIFIERS: Registry[Callable[[], Verifier]] = Registry("verifier", group="sleuth.verifiers")
+VERIFIERS.register("qa", _qa, "sleuth")
+VERIFIERS.register("code", _code, "sleuth")
+VERIFIERS.register("swe", _swe, "sleuth")
 
 
 @cache
 def get_verifier(name: str) -> Callable[..., Verdict]:
     """A shared instance per name (the code verifier holds a sandbox)."""
-    if name == "qa":
-        from sleuth.verifiers.qa import QAVerifier
-
-        return QAVerifier()
-    if name == "code":
-        from sleuth.verifiers.code import CodeVerifier
-
-        return CodeVerifier()
-    if name == "swe":
-        from sleuth.verifiers.swe import SWEVerifier
-
-        return SWEVerifier()
-    import difflib
-    import importlib.metadata
-
-    plugins = {ep.name: ep for ep in importlib.metadata.entry_points(group="sleuth.verifiers")}  # name → factory
-    if name in plugins:
-        return plugins[name].load()()
-    known = [*VERIFIERS, *sorted(plugins)]
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ValueError(f"unknown verifier {name!r}{hint}; known: {', '.join(known)}")
+    return VERIFIERS.get(name)()
 
 
 def extractor(name: str) -> Callable[[str], str]:
