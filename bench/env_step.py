@@ -152,8 +152,8 @@ def loop_overhead(tasks) -> dict[str, float]:
 
 def main() -> None:
     task = load_tasks("hotpotqa:test", limit=1)[0]
-    raw = DocReadEnv(harness="json", max_reads=10**9)
-    made = sleuth.make("DocRead-v0", harness="json", max_reads=10**9)
+    raw = DocReadEnv(harness="json", budget=10**9)
+    made = sleuth.make("DocRead-v0", harness="json", budget=10**9)
     echo = Echo()
     results = {
         "sleuth DocRead (raw)": time_steps(raw.step, lambda: raw.reset(options={"task": task})),

@@ -103,7 +103,7 @@ def search_step_overhead(index) -> dict[str, float]:
     from sleuth.tasks import load_tasks
 
     task = load_tasks("hotpotqa:test", limit=1)[0]
-    env = SearchEnv(retriever=index, max_turns=10**9)
+    env = SearchEnv(retriever=index, budget=10**9)
     env.reset(options={"task": task})
     action = '<tool_call>{"name": "search", "arguments": {"query": "cell biology protein"}}</tool_call>'
     n = 300

@@ -5,11 +5,12 @@ from sleuth.envs.code import CodeEnv
 from sleuth.envs.docread import DocReadEnv
 from sleuth.envs.harness import Harness
 from sleuth.envs.parsers import JSONParser, ParseResult, TextParser, ToolCall, get_parser
+from sleuth.envs.qa import QAEnv
 from sleuth.envs.registry import make, register, registered
-from sleuth.envs.tools import Tool, ToolError, make_tool, tool
+from sleuth.envs.tools import Tool, ToolError, ToolResult, make_tool, tool
 from sleuth.verifiers.extract import extract_code
 
 __all__ = [
-    "ToolEnv", "TextSpace", "DocReadEnv", "CodeEnv", "extract_code", "Harness", "JSONParser", "TextParser", "ToolCall", "ParseResult",
-    "get_parser", "make", "register", "registered", "Tool", "ToolError", "make_tool", "tool",
+    "ToolEnv", "QAEnv", "TextSpace", "DocReadEnv", "CodeEnv", "extract_code", "Harness", "JSONParser", "TextParser", "ToolCall", "ParseResult",
+    "get_parser", "make", "register", "registered", "Tool", "ToolError", "ToolResult", "make_tool", "tool",
 ]

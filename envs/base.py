@@ -3,6 +3,7 @@ methods marked `@tool`; the base class does parsing, budgets, error observations
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -10,8 +11,8 @@ import gymnasium
 from gymnasium import spaces
 
 from sleuth.envs.harness import Harness
-from sleuth.envs.parsers import ParseResult
-from sleuth.envs.tools import Tool, ToolError, make_tool
+from sleuth.envs.parsers import ParseResult, ToolCall
+from sleuth.envs.tools import Tool, ToolResult, make_tool
 from sleuth.tasks.base import Task
 from sleuth.verifiers.base import Verdict, Verifier
 
@@ -26,21 +27,30 @@ class TextSpace(spaces.Text):
 class ToolEnv(gymnasium.Env):
     """reset(options={"task": Task}) → (prompt, info); step(action text) → (observation, reward,
     terminated, truncated, info). Malformed actions never raise: they yield an observation that says what
-    was wrong, use up budget, and are recorded in `info["error"]`."""
+    was wrong, use up budget, and are recorded in `info["error"]`.
+
+    Everything is a keyword: `tasks`, `verifier` (else `default_verifier()`), `harness`, `budget` (else the
+    class's `default_budget`, counted in its `budget_unit`), `render_mode`. A subclass declares only what is
+    its own (e.g. a retriever) and passes the rest through `**kwargs`."""
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
     instructions: ClassVar[str] = "You are a helpful agent. Use the tools to solve the task."
     budget_unit: ClassVar[str] = "turns"
     default_budget: ClassVar[int] = 8
+    # The name this env's budget had before every env called it `budget` (still accepted, with a warning).
+    deprecated_budget_name: ClassVar[str | None] = None
 
     def __init__(
         self,
+        *,
         tasks: Sequence[Task] | None = None,
         verifier: Verifier | None = None,
         harness: Harness | str = "json",
         budget: int | None = None,
         render_mode: str | None = None,
+        **deprecated: Any,
     ):
+        budget = self._deprecated_budget(budget, deprecated)
         self.tasks = list(tasks) if tasks is not None else None
         self.verifier = verifier if verifier is not None else self.default_verifier()
         budget = self.default_budget if budget is None else budget
@@ -59,13 +69,26 @@ class ToolEnv(gymnasium.Env):
         self._system = self.harness.system_message(self.instructions, self.tools)
         self.task: Task | None = None
 
+    def _deprecated_budget(self, budget: int | None, deprecated: dict[str, Any]) -> int | None:
+        old = self.deprecated_budget_name
+        unexpected = [k for k in deprecated if k != old]
+        if unexpected:
+            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {unexpected[0]!r}")
+        if old in deprecated:
+            warnings.warn(f"{type(self).__name__}({old}=...) is deprecated: use budget=...", DeprecationWarning,
+                          stacklevel=3)
+            if budget is not None:
+                raise TypeError(f"{type(self).__name__}() got both budget and {old}")
+            budget = deprecated[old]
+        return budget
+
     @classmethod
     def _tool_specs(cls) -> dict[str, dict[str, Any]]:
         if "_specs" not in cls.__dict__:
-            specs = {}
-            for klass in reversed(cls.__mro__):
+            specs = {}  # the class's own tools first, in the order written, then inherited ones (`answer`)
+            for klass in cls.__mro__:
                 for attr, val in vars(klass).items():
-                    if callable(val) and hasattr(val, "__sleuth_tool__"):
+                    if callable(val) and hasattr(val, "__sleuth_tool__") and attr not in specs:
                         specs[attr] = val.__sleuth_tool__
             cls._specs = specs
         return cls._specs
@@ -118,21 +141,22 @@ class ToolEnv(gymnasium.Env):
         self.turn += 1
         info: dict[str, Any] = {"turn": self.turn, "tool_call": None, "error": None}
         parsed = self._parse(action)
-        terminated = truncated = False
+        truncated = False
         reward = 0.0
-        response: str | None = None
         if parsed.error:
-            obs = info["error"] = parsed.error
+            result = ToolResult.failed(parsed.error)
         else:
             call = parsed.calls[0]
             info["tool_call"] = call.to_dict()
-            obs, response = self._call(call, info)
-            if len(parsed.calls) > 1:
-                obs += f"\n(only one tool call per turn: ignored {len(parsed.calls) - 1} more)"
+            result = self._call(call)
+        info["error"] = result.error
+        obs = result.text
+        if len(parsed.calls) > 1:
+            obs += f"\n(only one tool call per turn: ignored {len(parsed.calls) - 1} more)"
         info.update(self.step_info())
-        if response is not None:
-            terminated = True
-        else:
+        terminated = result.final
+        response = result.text if terminated else None
+        if not terminated:
             self.budget_left -= 1
             if self.budget_left < 0:
                 truncated = True
@@ -162,23 +186,8 @@ class ToolEnv(gymnasium.Env):
             return ParseResult(error=f"the action must be text, got {type(action).__name__}")
         return self.harness.parser.parse(action, self.tools)
 
-    def _call(self, call, info: dict[str, Any]) -> tuple[str, str | None]:
-        """Run one tool call. Returns (observation, response if the tool was final else None)."""
+    def _call(self, call: ToolCall) -> ToolResult:
         tool = self.tools.get(call.name)
         if tool is None:
-            info["error"] = f"unknown tool {call.name!r}; available tools: {', '.join(self.tools)}"
-            return info["error"], None
-        args, err = tool.check_arguments(call.arguments)
-        if err:
-            info["error"] = err
-            return err, None
-        try:
-            out = tool.fn(**args)
-        except ToolError as e:
-            info["error"] = str(e)
-            return str(e), None
-        except Exception as e:  # a tool bug must not kill a rollout batch; the model sees what happened
-            info["error"] = f"tool {call.name!r} failed: {type(e).__name__}: {e}"
-            return info["error"], None
-        text = "" if out is None else str(out)
-        return (text, text) if tool.final else (text, None)
+            return ToolResult.failed(f"unknown tool {call.name!r}; available tools: {', '.join(self.tools)}")
+        return tool.call(call.arguments)

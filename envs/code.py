@@ -5,15 +5,12 @@ with `verifiers.extract.extract_code` (shared with the trainer adapters)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from sleuth.envs.base import ToolEnv
-from sleuth.envs.harness import Harness
 from sleuth.envs.tools import ToolError, tool
 from sleuth.sandbox import Limits, Sandbox
 from sleuth.tasks.base import Task
-from sleuth.verifiers.base import Verifier
 from sleuth.verifiers.code import CodeVerifier
 from sleuth.verifiers.extract import extract_code
 
@@ -25,18 +22,14 @@ class CodeEnv(ToolEnv):
     )
     budget_unit = "runs"
     default_budget = 3
+    deprecated_budget_name = "max_runs"
 
-    def __init__(
-        self,
-        tasks: Sequence[Task] | None = None,
-        harness: Harness | str = "json",
-        max_runs: int | None = None,
-        verifier: Verifier | None = None,
-        sandbox: Sandbox | None = None,
-        render_mode: str | None = None,
-    ):
+    def __init__(self, *, sandbox: Sandbox | None = None, **kwargs: Any):
         self.sandbox = sandbox or Sandbox(Limits(wall_s=10.0, output_bytes=2000))
-        super().__init__(tasks, verifier or CodeVerifier(), harness, max_runs, render_mode)
+        super().__init__(**kwargs)
+
+    def default_verifier(self) -> CodeVerifier:
+        return CodeVerifier()
 
     def on_reset(self, task: Task) -> None:
         p = task.payload

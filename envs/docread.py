@@ -1,38 +1,24 @@
 """DocRead (`sleuth/DocRead-v0`): the CIGPO setting. The agent sees a question and the titles of its
-candidate paragraphs (10 for HotpotQA distractor, 20 for MuSiQue), reads up to `max_reads` of them, and
-answers. `info` records every read: its turn, the document, whether it is gold, whether it is a re-read."""
+candidate paragraphs (10 for HotpotQA distractor, 20 for MuSiQue), reads up to `budget` of them (3 by
+default), and answers. `info` records every read: its turn, the document, whether it is gold, whether it is a re-read."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from sleuth.envs.base import ToolEnv
-from sleuth.envs.harness import Harness
+from sleuth.envs.qa import QAEnv
 from sleuth.envs.tools import ToolError, tool
 from sleuth.tasks.base import Task
-from sleuth.verifiers.base import Verifier
-from sleuth.verifiers.qa import QAVerifier
 
 
-class DocReadEnv(ToolEnv):
+class DocReadEnv(QAEnv):
     instructions = (
         "Answer the question. You see the titles of some documents; read the ones you need (each read "
         "shows you one document), then answer with a short phrase only: a name, a date, a number, or yes/no."
     )
     budget_unit = "reads"
     default_budget = 3
-
-    def __init__(
-        self,
-        tasks: Sequence[Task] | None = None,
-        harness: Harness | str = "json",
-        max_reads: int | None = None,
-        metric: str = "f1",
-        verifier: Verifier | None = None,
-        render_mode: str | None = None,
-    ):
-        super().__init__(tasks, verifier or QAVerifier(metric), harness, max_reads, render_mode)
+    deprecated_budget_name = "max_reads"
 
     def on_reset(self, task: Task) -> None:
         if not task.payload.get("docs"):
@@ -62,15 +48,6 @@ class DocReadEnv(ToolEnv):
         self._read_docs.add(index)
         self._last_read = record
         return f"[{index}] {title}\n{self.docs[index]['text']}"
-
-    @tool(final=True)
-    def answer(self, text: str) -> str:
-        """Give the final answer (a short phrase) and end the episode.
-
-        Args:
-            text: the answer
-        """
-        return text.strip()
 
     def _resolve(self, doc: int | str) -> int:
         if isinstance(doc, int):

@@ -6,17 +6,13 @@ the retrieved ids, and whether gold paragraphs were retrieved and opened."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from sleuth.envs.base import ToolEnv
-from sleuth.envs.harness import Harness
+from sleuth.envs.qa import QAEnv
 from sleuth.envs.retrieval.base import Retriever
 from sleuth.envs.tools import ToolError, tool
 from sleuth.tasks.base import Task
-from sleuth.verifiers.base import Verifier
-from sleuth.verifiers.qa import QAVerifier
 
 CORPORA = ("hotpotqa", "musique", "2wiki")
 
@@ -59,31 +55,21 @@ def _retriever(spec: Retriever | str | None, corpus: str) -> Retriever:
     return spec
 
 
-class SearchEnv(ToolEnv):
+class SearchEnv(QAEnv):
     instructions = (
         "Answer the question. Search the collection for evidence, open the documents you need, then answer "
         "with a short phrase only: a name, a date, a number, or yes/no."
     )
     budget_unit = "tool calls"
     default_budget = 6
+    deprecated_budget_name = "max_turns"
 
-    def __init__(
-        self,
-        tasks: Sequence[Task] | None = None,
-        retriever: Retriever | str | None = None,
-        corpus: str = "hotpotqa",
-        harness: Harness | str = "json",
-        max_turns: int | None = None,
-        k: int = 5,
-        snippet_chars: int = 160,
-        metric: str = "f1",
-        verifier: Verifier | None = None,
-        render_mode: str | None = None,
-    ):
+    def __init__(self, *, retriever: Retriever | str | None = None, corpus: str = "hotpotqa", k: int = 5,
+                 snippet_chars: int = 160, **kwargs: Any):
         self.retriever = _retriever(retriever, corpus)
         self.tasks_without_gold_in_index = 0
         self.default_k, self.snippet_chars = k, snippet_chars
-        super().__init__(tasks, verifier or QAVerifier(metric), harness, max_turns, render_mode)
+        super().__init__(**kwargs)
 
     def on_reset(self, task: Task) -> None:
         self.gold = set(task.payload.get("supporting", []))
@@ -140,15 +126,6 @@ class SearchEnv(ToolEnv):
         self.opened.append(event)
         self._event = {"open": event}
         return f"[{doc.id}] {doc.title}\n{doc.text}"
-
-    @tool(final=True)
-    def answer(self, text: str) -> str:
-        """Give the final answer (a short phrase) and end the episode.
-
-        Args:
-            text: the answer
-        """
-        return text.strip()
 
     def _gold_in_index(self) -> bool:
         """Whether any supporting document is in the index: by id (titles are the ids of the shipped

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Sequence
 from typing import Any
 
 from sleuth.envs.base import ToolEnv
-from sleuth.envs.harness import Harness
 from sleuth.envs.tools import ToolError, tool
 from sleuth.sandbox import Sandbox
 from sleuth.sandbox.pytest_run import check_selectors, run_pytest
@@ -26,7 +24,7 @@ from sleuth.sandbox.workspace import (
     write_file,
 )
 from sleuth.tasks.base import Task
-from sleuth.verifiers.base import Verdict, Verifier
+from sleuth.verifiers.base import Verdict
 from sleuth.verifiers.swe import SWEVerifier, buggy_workspace, swe_record, swe_test_ids
 
 MAX_READ_LINES = 200
@@ -42,25 +40,19 @@ class SWEEnv(ToolEnv):
     )
     budget_unit = "turns"
     default_budget = 20
+    deprecated_budget_name = "max_turns"
 
-    def __init__(
-        self,
-        tasks: Sequence[Task] | None = None,
-        harness: Harness | str = "json",
-        max_turns: int | None = None,
-        verifier: Verifier | None = None,
-        cache: RepoCache | None = None,
-        sandbox: Sandbox | None = None,
-        workspace_mode: str = "hardlink",
-        test_timeout_s: float = 120.0,
-        render_mode: str | None = None,
-    ):
+    def __init__(self, *, cache: RepoCache | None = None, sandbox: Sandbox | None = None,
+                 workspace_mode: str = "hardlink", test_timeout_s: float = 120.0, **kwargs: Any):
         self.cache = cache or RepoCache()
         self.sandbox = sandbox or Sandbox()
         self.workspace_mode = workspace_mode
         self.test_timeout_s = test_timeout_s
         self.ws = None
-        super().__init__(tasks, verifier or SWEVerifier(self.cache, self.sandbox), harness, max_turns, render_mode)
+        super().__init__(**kwargs)
+
+    def default_verifier(self) -> SWEVerifier:
+        return SWEVerifier(self.cache, self.sandbox)
 
     # -- episode ---------------------------------------------------------------------------------
     def on_reset(self, task: Task) -> None:

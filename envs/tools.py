@@ -21,6 +21,19 @@ class ToolError(Exception):
     """Raised by a tool for a bad request the model can fix (shown to it as the observation)."""
 
 
+@dataclass(frozen=True)
+class ToolResult:
+    """What one tool call gives the env: the observation text; whether it ended the episode (then `text` is
+    the response the verifier scores); the error the model made, if any (also shown to it as `text`)."""
+    text: str
+    final: bool = False
+    error: str | None = None
+
+    @classmethod
+    def failed(cls, message: str) -> ToolResult:
+        return cls(message, error=message)
+
+
 @dataclass
 class Tool:
     name: str
@@ -50,6 +63,20 @@ class Tool:
                 return args, f"argument {key!r} of tool {self.name!r} must be {want}, got {type(value).__name__} {value!r:.60}"
             out[key] = value
         return out, None
+
+    def call(self, arguments: dict[str, Any]) -> ToolResult:
+        """Run the tool on a model's arguments. Bad arguments, a `ToolError` and a bug in the tool itself all
+        come back as a failed result the model sees: one tool must not kill a batch of rollouts."""
+        args, err = self.check_arguments(arguments)
+        if err:
+            return ToolResult.failed(err)
+        try:
+            out = self.fn(**args)
+        except ToolError as e:
+            return ToolResult.failed(str(e))
+        except Exception as e:
+            return ToolResult.failed(f"tool {self.name!r} failed: {type(e).__name__}: {e}")
+        return ToolResult("" if out is None else str(out), final=self.final)
 
 
 def _coerce(value: Any, json_type: str | list[str] | None) -> tuple[Any, bool]:

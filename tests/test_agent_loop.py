@@ -57,7 +57,7 @@ class CutOff:
 
 
 def test_cut_off_actions_are_closed_by_observation_tokens(hotpot_tasks, tokenizer):
-    traj = next(run_episodes(lambda: sleuth.make("DocRead-v0", harness="text", max_reads=1), hotpot_tasks[:1],
+    traj = next(run_episodes(lambda: sleuth.make("DocRead-v0", harness="text", budget=1), hotpot_tasks[:1],
                              CutOff(tokenizer)))
     first = traj.turns[0]
     assert first.finish_reason == "length" and first.policy_version == 7
@@ -95,7 +95,7 @@ def test_renderer_needs_a_chat_template(tokenizer):
 @pytest.mark.slow
 def test_real_model_loop_is_token_exact(hotpot_tasks, smollm2, tokenizer):
     """With the real SmolLM2, sampled ids are kept as they came; every non-policy span equals the template."""
-    trajs = list(run_episodes(lambda: sleuth.make("DocRead-v0", harness="text", max_reads=1), hotpot_tasks[:2],
+    trajs = list(run_episodes(lambda: sleuth.make("DocRead-v0", harness="text", budget=1), hotpot_tasks[:2],
                               smollm2, SamplingParams(max_tokens=12, temperature=1.0, seed=0)))
     assert len(trajs) == 2
     renderer = ChatRenderer(tokenizer)

@@ -97,7 +97,7 @@ def test_code_extraction(reply, code):
 
 
 def test_code_env_run_and_submit(mbpp):
-    env = sleuth.make("Code-v0", harness="json", max_runs=2)
+    env = sleuth.make("Code-v0", harness="json", budget=2)
     obs, info = env.reset(options={"task": mbpp[1]})
     assert "def similar_elements(test_tup1, test_tup2):" in obs and "assert similar_elements" in obs
 

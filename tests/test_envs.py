@@ -16,14 +16,14 @@ def call(name, **args):
 
 @pytest.fixture
 def env(hotpot_tasks):
-    e = sleuth.make("DocRead-v0", harness="json", max_reads=3)
+    e = sleuth.make("DocRead-v0", harness="json", budget=3)
     e.reset(options={"task": hotpot_tasks[0]})
     return e
 
 
 def test_both_registries_build_the_same_env(hotpot_tasks):
-    a = gymnasium.make("sleuth/DocRead-v0", max_reads=2)
-    b = sleuth.make("DocRead-v0", max_reads=2)
+    a = gymnasium.make("sleuth/DocRead-v0", budget=2)
+    b = sleuth.make("DocRead-v0", budget=2)
     assert type(a.unwrapped) is type(b.unwrapped) is DocReadEnv
     assert "sleuth/DocRead-v0" in sleuth.registered()
     with pytest.raises(gymnasium.error.NameNotFound, match="known: .*sleuth/DocRead-v0"):
@@ -145,7 +145,7 @@ def test_a_crashing_tool_becomes_an_observation():
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.text(max_size=200), min_size=1, max_size=6), st.sampled_from(["json", "text"]))
 def test_env_step_never_raises_on_arbitrary_text(hotpot_tasks, actions, harness):
-    env = DocReadEnv(harness=harness, max_reads=3)
+    env = DocReadEnv(harness=harness, budget=3)
     env.reset(options={"task": hotpot_tasks[1]})
     for a in actions:
         obs, reward, term, trunc, info = env.step(a)
@@ -182,3 +182,50 @@ def test_docread_passes_gymnasiums_full_env_checker():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # any checker warning fails the test
         check_env(env.unwrapped, skip_render_check=True)
+
+
+def test_env_constructors_are_keyword_only_with_one_budget_name(hotpot_tasks):
+    from sleuth.envs.code import CodeEnv
+    from sleuth.envs.search import SearchEnv
+    from sleuth.envs.swe import SWEEnv
+
+    with pytest.raises(TypeError):
+        DocReadEnv(hotpot_tasks)  # positional: refused
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_runs'"):
+        DocReadEnv(max_runs=2)  # another env's old budget name
+    for cls, old in [(DocReadEnv, "max_reads"), (CodeEnv, "max_runs"), (SearchEnv, "max_turns"), (SWEEnv, "max_turns")]:
+        assert cls.deprecated_budget_name == old
+    with pytest.warns(DeprecationWarning, match=r"DocReadEnv\(max_reads=...\) is deprecated: use budget=..."):
+        env = DocReadEnv(max_reads=1)
+    assert env.harness.budget == 1 and DocReadEnv(budget=2).harness.budget == 2 and DocReadEnv().harness.budget == 3
+    with pytest.raises(TypeError, match="both budget and max_reads"), pytest.warns(DeprecationWarning):
+        DocReadEnv(budget=1, max_reads=2)
+
+
+def test_question_answering_envs_share_one_answer_tool():
+    from sleuth.envs.qa import QAEnv
+    from sleuth.envs.search import SearchEnv
+
+    assert issubclass(DocReadEnv, QAEnv) and issubclass(SearchEnv, QAEnv)
+    assert "answer" not in vars(DocReadEnv) and "answer" not in vars(SearchEnv)
+    assert list(DocReadEnv().tools) == ["read", "answer"]  # own tools first: the prompt lists them in that order
+    assert DocReadEnv(metric="em").verifier.metric == "em"
+
+
+def test_a_tool_call_result_says_final_and_error_as_fields():
+    from sleuth.envs.tools import ToolError, ToolResult, make_tool
+
+    def read(doc: int) -> str:
+        """Read."""
+        if doc < 0:
+            raise ToolError("no such document")
+        if doc == 99:
+            raise RuntimeError("bug")
+        return f"doc {doc}"
+
+    read_tool, answer_tool = make_tool(read), make_tool(lambda text: text.strip(), name="answer", final=True)
+    assert read_tool.call({"doc": 1}) == ToolResult("doc 1")
+    assert read_tool.call({"doc": -1}) == ToolResult("no such document", error="no such document")
+    assert read_tool.call({"doc": 99}).error == "tool 'read' failed: RuntimeError: bug"
+    assert read_tool.call({}).error.startswith("missing argument(s) ['doc']")
+    assert answer_tool.call({"text": " Paris "}) == ToolResult("Paris", final=True)

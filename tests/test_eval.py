@@ -45,7 +45,7 @@ def test_several_policies_and_harnesses_give_a_comparison(tmp_path, capsys):
         (["--tasks", "nope:test"], "unknown task source"),
         (["--tasks", "hotpotqa:missing_split"], "no split"),
         (["--env", "sleuth/Nope-v0"], "cannot build env"),
-        (["--env-arg", "max_reads=-1"], "budget must be >= 0"),
+        (["--env-arg", "budget=-1"], "budget must be >= 0"),
         (["--env-arg", "colour=blue"], "colour"),
         (["--policy", "/nonexistent/model-dir"], "cannot load policy '/nonexistent/model-dir'"),
         (["--tasks", "musique:{data}/hotpotqa/dev.jsonl"], "not in the MuSiQue layout"),

@@ -87,7 +87,7 @@ def test_a_read_the_policy_never_saw_gains_nothing(hotpot_tasks):
     from sleuth.agents.policies import load_policy
 
     task = hotpot_tasks[0]
-    make = lambda: sleuth.make("DocRead-v0", harness="text", max_reads=1)  # noqa: E731
+    make = lambda: sleuth.make("DocRead-v0", harness="text", budget=1)  # noqa: E731
     [t] = list(run_episodes(make, [task], load_policy("oracle")))  # two gold reads for a budget of one
     last = t.turns[-1]
     assert t.stop_reason == "budget" and last.read is not None and last.read.shown is False

@@ -64,7 +64,7 @@ def test_plugin_env_task_loader_and_verifier(plugin_package, capsys):
 
 
 def test_module_colon_class_builds_any_env(hotpot_tasks):
-    env = sleuth.make("sleuth.envs.docread:DocReadEnv", max_reads=1)
+    env = sleuth.make("sleuth.envs.docread:DocReadEnv", budget=1)
     obs, info = env.reset(options={"task": hotpot_tasks[0]})
     assert info["budget"] == 1
 

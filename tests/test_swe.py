@@ -165,7 +165,7 @@ def test_hostile_patches_are_contained(built):
 
 def test_env_tools_and_their_errors(shipped):
     task = next(iter(shipped.values()))
-    env = sleuth.make("sleuth/SWE-v0", max_turns=30)
+    env = sleuth.make("sleuth/SWE-v0", budget=30)
     try:
         _, info = env.reset(options={"task": task})
         assert [t["function"]["name"] for t in info["tools"]] == ["list_dir", "read_file", "search", "edit",
@@ -201,7 +201,7 @@ def test_running_out_of_turns_scores_the_workspace(shipped):
 
     task = next(iter(shipped.values()))
     plan = [c for c in swe_gold_plan(task.answer) if c.name == "edit"]
-    env = sleuth.make("sleuth/SWE-v0", max_turns=len(plan) - 1)  # one last turn after the budget: the final edit
+    env = sleuth.make("sleuth/SWE-v0", budget=len(plan) - 1)  # one last turn after the budget: the final edit
     env.reset(options={"task": task})
     for call in plan:
         _, reward, term, trunc, info = env.step(json.dumps({"name": call.name, "arguments": call.arguments}))
@@ -285,7 +285,7 @@ def test_the_stock_trainer_trains_on_swe(tiny_model_dir, tmp_path):
 
     cfg = load_config(overrides={
         "model": tiny_model_dir, "out": str(tmp_path / "run"), "env": "SWE-v0", "tasks": "swe:toolz-1.2.0",
-        "env_args": {"max_turns": 1}, "task_limit": 4, "max_steps": 1, "rollout.max_tokens": 8,
+        "env_args": {"budget": 1}, "task_limit": 4, "max_steps": 1, "rollout.max_tokens": 8,
         "rollout.tasks_per_step": 2, "rollout.group_size": 2, "rollout.temperature": 0.7,
         "checkpoint.export_hf": False, "engine.lr": 1e-3, "loss.entropy_coef": 0.01})
     rows = Trainer(cfg, progress=False).train()
