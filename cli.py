@@ -27,8 +27,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     import sleuth
     from sleuth.agents.evaluate import evaluate, load_trajectories, policy_identity
-    from sleuth.agents.policies import load_policy
-    from sleuth.agents.policy import SamplingParams
+    from sleuth.agents.policy import SamplingParams, load_policy
     from sleuth.agents.report import write_comparison
     from sleuth.tasks import load_tasks
 
@@ -229,7 +228,7 @@ def cmd_serve_verifier(args: argparse.Namespace) -> int:
 
 def cmd_build_swe(args: argparse.Namespace) -> int:
     from sleuth.sandbox.repos import RepoError
-    from sleuth.tasks.swe_synth import SWEBuilder
+    from sleuth.synth.swe import SWEBuilder
 
     try:
         builder = SWEBuilder(args.package, args.out, n=args.n, seed=args.seed, workers=args.workers,

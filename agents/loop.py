@@ -47,7 +47,7 @@ def run_episodes(
     on something (env servers, sandboxes); in-process steps of microseconds are faster inline."""
     sampling = sampling or SamplingParams()
     renderer = ChatRenderer(policy.tokenizer)
-    limit = max_context or getattr(policy, "max_context", None) or 1 << 30
+    limit = max_context or policy.max_context or 1 << 30
     pending = deque(tasks)
     idle: list[gymnasium.Env] = []
     live: list[_Episode] = []

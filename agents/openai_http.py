@@ -21,8 +21,9 @@ class ServerError(RuntimeError):
 
 class OpenAICompletionsPolicy:
     def __init__(self, base_url: str, model: str, tokenizer: Any, concurrency: int = 64, timeout_s: float = 600.0,
-                 name: str | None = None, send_seed: bool = True):
+                 name: str | None = None, send_seed: bool = True, max_context: int | None = None):
         self.base_url = base_url.rstrip("/")
+        self.max_context = max_context  # the server's max_model_len, where the caller knows it
         self.model, self.tokenizer = model, tokenizer
         self.name = name or f"{model}@{self.base_url}"
         self.version = 0

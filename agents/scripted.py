@@ -23,6 +23,7 @@ from sleuth.envs.parsers import ToolCall, get_parser
 class ScriptedPolicy(ABC):
     name = "scripted"
     version = 0
+    max_context: int | None = None
 
     def __init__(self, tokenizer: Any, seed: int = 0):
         self.tokenizer = tokenizer

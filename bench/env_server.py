@@ -13,9 +13,9 @@ from common import publish
 
 import sleuth
 from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy
+from sleuth.agents.policy import load_policy
 from sleuth.envs.remote import RemoteEnv
-from sleuth.serving import subprocess_server
+from sleuth.net import subprocess_server
 from sleuth.tasks import load_tasks
 
 EPISODES, CONCURRENCY = 200, 32

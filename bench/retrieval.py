@@ -24,7 +24,7 @@ from sleuth.envs.retrieval.bm25 import BM25Index
 from sleuth.envs.retrieval.corpus import load_corpus
 from sleuth.envs.retrieval.index import load_index
 from sleuth.envs.retrieval.metrics import ndcg_at_k, read_qrels, recall_at_k
-from sleuth.serving import subprocess_server
+from sleuth.net import subprocess_server
 from sleuth.tasks import data_dir
 
 

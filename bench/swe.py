@@ -24,8 +24,8 @@ from common import publish
 import sleuth
 from sleuth.sandbox.repos import RepoCache, RepoSpec
 from sleuth.sandbox.workspace import make_workspace, remove_workspace
+from sleuth.synth.swe import SWEBuilder
 from sleuth.tasks.swe import load_swe, shipped_sets
-from sleuth.tasks.swe_synth import SWEBuilder
 from sleuth.verifiers.swe import SWEVerifier
 
 
@@ -102,8 +102,7 @@ def build_rows(sets: list[str], n: int) -> list[str]:
 
 def agent_rows(sets: list[str]) -> list[str]:
     from sleuth.agents.evaluate import evaluate
-    from sleuth.agents.policies import load_policy
-    from sleuth.agents.policy import SamplingParams
+    from sleuth.agents.policy import SamplingParams, load_policy
 
     rows = ["| package | tasks | gold agent solved | do-nothing solved | gold wall s |", "|---|---|---|---|---|"]
     for name in sets:

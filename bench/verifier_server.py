@@ -12,7 +12,7 @@ import time
 import httpx
 from common import publish
 
-from sleuth.serving import subprocess_server
+from sleuth.net import subprocess_server
 from sleuth.tasks import data_dir
 from sleuth.verifiers.registry import verdict
 

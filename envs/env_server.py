@@ -28,7 +28,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
     from pydantic import BaseModel, Field
 
     from sleuth.envs.registry import make
-    from sleuth.serving import limit_body
+    from sleuth.net import limit_body
 
     make(env_id, **(env_kwargs or {})).close()  # a bad env id or argument fails at start-up
     sessions: dict[str, dict[str, Any]] = {}

@@ -42,5 +42,4 @@ class Harness:
         if len(text) > self.max_observation_chars:
             cut = len(text) - self.max_observation_chars
             text = text[: self.max_observation_chars] + f"\n[... truncated {cut} characters]"
-        wrap = getattr(self.parser, "wrap", None)
-        return wrap(text) if wrap else text
+        return self.parser.wrap(text)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from sleuth.envs.tools import Tool
 from sleuth.registry import Registry
@@ -29,14 +30,24 @@ class ParseResult:
     error: str | None = None
 
 
-class ToolCallParser(Protocol):
+class ToolCallParser(ABC):
+    """A tool-call format: how calls are read out of the model's text, how one is written (scripted
+    policies and SFT demonstrations), what the prompt says about it, and how a tool's result is wrapped."""
+
     name: str
 
+    @abstractmethod
     def parse(self, text: str, tools: Mapping[str, Tool]) -> ParseResult: ...
 
+    @abstractmethod
     def render(self, call: ToolCall) -> str: ...
 
+    @abstractmethod
     def instructions(self, tools: Mapping[str, Tool]) -> str: ...
+
+    def wrap(self, observation: str) -> str:
+        """The tool result as the model sees it (unchanged unless the format has its own tags)."""
+        return observation
 
 
 _TAG = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
@@ -86,7 +97,7 @@ def _calls_from_json(blob: str) -> ParseResult:
     return ParseResult(calls=calls)
 
 
-class JSONParser:
+class JSONParser(ToolCallParser):
     """Hermes / Qwen `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks; failing those, an
     OpenAI-style JSON function call (bare, or in a ```json fence). A missing closing tag is tolerated
     because generation often stops at the end-of-turn token right after the JSON."""
@@ -122,7 +133,7 @@ class JSONParser:
         )
 
 
-class TextParser:
+class TextParser(ToolCallParser):
     """Plain-text commands for small models that follow JSON poorly (SmolLM2-135M makes an invalid JSON tool
     call in most turns): `read 3`,
     `answer: Denise Levertov`. Deliberately lenient, because a 135M model rarely starts its reply with the
@@ -182,7 +193,7 @@ class TextParser:
         return "Reply with exactly one command:\n" + "\n".join(lines)
 
 
-class TagParser:
+class TagParser(ToolCallParser):
     """Search-R1's tag protocol, for any env: `<search> query </search>`, `<answer> text </answer>`; in
     general `<tool> argument </tool>` for a tool with one required argument. Tool results come back inside
     `<information>...</information>`; `<think>` blocks are ignored."""

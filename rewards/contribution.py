@@ -72,13 +72,12 @@ JUDGE_PROMPT = (
 
 
 class LLMJudge:
-    """Any policy backend (`sleuth.agents.policies.load_policy` spec) as the judge, with JUDGE_PROMPT; an
+    """Any policy backend (`sleuth.agents.policy.load_policy` spec) as the judge, with JUDGE_PROMPT; an
     unparsable reply counts as 0."""
 
     def __init__(self, policy: str = "smollm2", max_tokens: int = 16):
         from sleuth.agents.chat import ChatRenderer
-        from sleuth.agents.policies import load_policy
-        from sleuth.agents.policy import SamplingParams
+        from sleuth.agents.policy import SamplingParams, load_policy
 
         self.policy = load_policy(policy)
         self.renderer = ChatRenderer(self.policy.tokenizer)

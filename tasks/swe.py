@@ -1,4 +1,4 @@
-"""SWE tasks: records in SWE-bench's field layout, either synthesised here from PyPI packages (`tasks/swe/`,
+"""SWE tasks: records in SWE-bench's field layout, either synthesised here from PyPI packages (`tasks/swe_sets/`,
 built by `sleuth tasks build-swe`) or the official SWE-bench Lite instances (`swebench_lite:test`).
 
 `swe:toolz-1.2.0` loads a shipped set, `swe:all` every shipped set, `swe:PATH` a file of records."""
@@ -11,7 +11,7 @@ from typing import Any
 
 from sleuth.tasks.base import Task
 
-SHIPPED = Path(__file__).with_name("swe")
+SHIPPED = Path(__file__).with_name("swe_sets")
 
 
 def swe_task(rec: dict[str, Any], split: str = "") -> Task:

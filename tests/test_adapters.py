@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sleuth.serving import in_thread
+from sleuth.net import in_thread
 from sleuth.tasks import load_tasks
 from sleuth.verifiers.adapters import compute_score, reward_func, trl_reward
 from sleuth.verifiers.qa import QAVerifier

@@ -5,8 +5,7 @@ import pytest
 import sleuth
 from sleuth.agents.chat import ChatRenderer
 from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy
-from sleuth.agents.policy import Generation, SamplingParams
+from sleuth.agents.policy import Generation, SamplingParams, load_policy
 from sleuth.tasks import Task
 
 
@@ -45,7 +44,7 @@ def test_trajectory_ids_equal_the_chat_template_of_the_whole_conversation(hotpot
 class CutOff:
     """Test double: emits canonical ids with no end-of-turn token, as if max_tokens were hit."""
 
-    name, version = "cutoff", 7
+    name, version, max_context = "cutoff", 7, None
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer

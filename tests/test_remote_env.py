@@ -9,10 +9,10 @@ import pytest
 
 import sleuth
 from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy
+from sleuth.agents.policy import load_policy
 from sleuth.envs.env_server import create_app
 from sleuth.envs.remote import RemoteEnv, RemoteEnvError
-from sleuth.serving import free_port, in_thread, subprocess_server
+from sleuth.net import free_port, in_thread, subprocess_server
 
 
 def test_sessions_limits_and_errors(hotpot_tasks):
@@ -68,7 +68,7 @@ class KillsServer:
 
     def __init__(self, proc):
         self.inner, self.proc, self.calls = load_policy("oracle"), proc, 0
-        self.name, self.version, self.tokenizer = "oracle", 0, self.inner.tokenizer
+        self.name, self.version, self.tokenizer, self.max_context = "oracle", 0, self.inner.tokenizer, None
 
     def generate(self, requests, sampling):
         self.calls += 1

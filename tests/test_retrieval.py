@@ -13,7 +13,7 @@ from sleuth.envs.retrieval.corpus import Doc, load_corpus
 from sleuth.envs.retrieval.hybrid import rrf
 from sleuth.envs.retrieval.index import load_index
 from sleuth.envs.retrieval.metrics import ndcg_at_k, recall_at_k
-from sleuth.serving import in_thread
+from sleuth.net import in_thread
 
 DOCS = [
     Doc("a", "Paris", "Paris is the capital of France and its largest city."),

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from sleuth.cli import main
-from sleuth.serving import in_thread
+from sleuth.net import in_thread
 from sleuth.verifiers.adapters import trl_reward
 from sleuth.verifiers.extract import extract_answer
 from sleuth.verifiers.registry import score

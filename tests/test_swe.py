@@ -11,9 +11,9 @@ import sys
 import pytest
 
 import sleuth
+from sleuth.synth.swe import SWEBuilder, parse_package
 from sleuth.tasks import load_tasks
 from sleuth.tasks.swe import load_swe, shipped_sets
-from sleuth.tasks.swe_synth import SWEBuilder, parse_package
 from sleuth.verifiers.base import CannotScore
 from sleuth.verifiers.swe import SWEVerifier, swe_test_ids
 

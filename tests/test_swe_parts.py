@@ -18,8 +18,8 @@ from sleuth.sandbox.workspace import (
     unified_diff,
     write_file,
 )
-from sleuth.tasks.mutations import find_mutations, mutant_ok
-from sleuth.tasks.swe_statement import failure_excerpt, leaks, normalise, problem_statement
+from sleuth.synth.mutations import find_mutations, mutant_ok
+from sleuth.synth.statements import failure_excerpt, leaks, normalise, problem_statement
 
 SRC = '''"""Module docstring."""
 LIMIT = 10

@@ -98,7 +98,7 @@ def test_two_processes_zero2_and_zero3(tiny_model_dir, tmp_path):
 
 
 def _port():
-    from sleuth.serving import free_port
+    from sleuth.net import free_port
 
     return free_port()
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from sleuth.serving import free_port
+from sleuth.net import free_port
 
 
 @dataclass

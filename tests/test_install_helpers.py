@@ -1,4 +1,4 @@
-"""tools/: the Makefile's disk savers (hard-linked venv files; vLLM installed without its unused dependencies)."""
+"""install/: the Makefile's disk savers (hard-linked venv files; vLLM installed without its unused dependencies)."""
 
 import importlib.util
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "share_venv_files.py"
+TOOL = Path(__file__).resolve().parents[1] / "install" / "share_venv_files.py"
 spec = importlib.util.spec_from_file_location("share_venv_files", TOOL)
 share_venv_files = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(share_venv_files)

@@ -1,0 +1,96 @@
+"""The layout is the architecture: imports run one way, and docs/architecture.md describes the code as it is."""
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from sleuth.registry import Registry
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = (ROOT / "docs" / "architecture.md").read_text()
+
+# What each part may import of sleuth (itself aside): the one flow, top to bottom.
+ALLOWED = {
+    "cli": None, "cli_args": None, "cli_train": None, "__init__": {"envs", "tasks", "verifiers"},
+    "training": {"rewards", "agents", "envs", "tasks", "verifiers", "net", "registry"},
+    "rewards": {"agents", "envs", "tasks", "verifiers", "registry"},
+    "agents": {"envs", "tasks", "verifiers", "net", "registry"},
+    "synth": {"tasks", "sandbox", "verifiers", "registry"},
+    "envs": {"tasks", "verifiers", "sandbox", "net", "registry"},
+    "verifiers": {"sandbox", "net", "registry"},
+    "tasks": {"registry"},
+    "sandbox": set(),
+    "net": set(),
+    "registry": set(),
+    "serving": {"net"},  # the deprecated name of net
+}
+FOLDERS = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+
+
+def _part(path: Path) -> str:
+    rel = path.relative_to(ROOT)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imports(path: Path) -> set[str]:
+    """The parts of sleuth a module imports, at the top or inside functions."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" for a in node.names] if node.module == "sleuth" else [node.module]
+        else:
+            continue
+        out |= {n.split(".")[1] for n in names if n.startswith("sleuth.")}
+    return out
+
+
+def test_every_part_of_the_package_has_its_place_in_the_flow():
+    modules = [p.stem for p in ROOT.glob("*.py") if p.name != "setup.py"]
+    assert set(FOLDERS) | set(modules) <= set(ALLOWED), set(FOLDERS) | set(modules) - set(ALLOWED)
+
+
+@pytest.mark.parametrize("part", sorted(ALLOWED))
+def test_imports_run_one_way(part):
+    files = sorted((ROOT / part).rglob("*.py")) if (ROOT / part).is_dir() else [ROOT / f"{part}.py"]
+    if ALLOWED[part] is None:
+        return
+    bad = {f"{f.relative_to(ROOT)} imports sleuth.{dst}" for f in files for dst in _imports(f) - {part}
+           if dst not in ALLOWED[part] and dst in ALLOWED}
+    assert not bad, sorted(bad)
+
+
+def test_the_architecture_page_names_every_folder_and_module():
+    for folder in FOLDERS:
+        assert f"`{folder}/`" in DOC, folder
+    for module in ("net.py", "registry.py", "cli.py"):
+        assert f"`{module}`" in DOC, module
+
+
+def test_the_registries_the_page_names_are_registries_with_those_entry_point_groups():
+    rows = re.findall(r"`(sleuth\.[\w.]+\.([A-Z_]+))`[^|]*\| `(sleuth\.\w+)`", DOC)
+    assert len(rows) >= 4, rows
+    for dotted, name, group in rows:
+        registry = getattr(importlib.import_module(dotted.rsplit(".", 1)[0]), name)
+        assert isinstance(registry, Registry), dotted
+        assert registry.group in (group, None), (dotted, registry.group, group)
+    from sleuth.envs.registry import ENV_GROUP
+
+    assert "`sleuth.envs.registry.ENVS`" in DOC and f"`{ENV_GROUP}`" in DOC
+
+
+def test_the_protocols_the_page_names_exist():
+    for dotted in re.findall(r"`(sleuth\.[\w.]+)`", DOC):
+        if dotted.count(".") < 1 or dotted in ("sleuth.estimators", "sleuth.envs", "sleuth.tasks",
+                                               "sleuth.verifiers", "sleuth.parsers"):
+            continue  # entry-point groups, and packages that are checked as folders
+        module, _, attr = dotted.rpartition(".")
+        try:
+            obj = importlib.import_module(dotted)
+        except ImportError:
+            obj = getattr(importlib.import_module(module), attr, None)
+        assert obj is not None, dotted
