@@ -9,10 +9,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from sleuth.agents.evaluate import load_trajectories
+from sleuth.agents.evaluate import episode_metrics, load_trajectories
 from sleuth.agents.trajectory import Trajectory
 
-METRICS = ("score", "em", "f1", "support_recall", "all_passed")
+# The verifier's numbers, then two of the episode's own: the share of its turns that were invalid tool calls,
+# and whether it ended by answering (1) or ran out of budget (0).
+METRICS = ("score", "em", "f1", "support_recall", "all_passed", "tool_error_rate", "answered")
 
 
 def per_task(trajs: list[Trajectory]) -> dict[str, dict[str, float]]:
@@ -20,11 +22,11 @@ def per_task(trajs: list[Trajectory]) -> dict[str, dict[str, float]]:
     for t in trajs:
         if t.error is not None:
             continue
-        verdict = t.verdict or {}
-        acc[t.task_id]["score"].append(float(verdict.get("score", 0.0)))
-        for key, value in verdict.get("details", {}).items():
-            if key in METRICS and isinstance(value, (int, float)):
-                acc[t.task_id][key].append(float(value))
+        m = episode_metrics(t)
+        m["tool_error_rate"] = m["tool_errors"] / m["turns"] if m["turns"] else 0.0
+        for key in METRICS:
+            if key in m:
+                acc[t.task_id][key].append(m[key])
     return {tid: {k: sum(v) / len(v) for k, v in m.items()} for tid, m in acc.items()}
 
 

@@ -1,12 +1,17 @@
-"""The estimator ablation: every advantage estimator with the same seeds, tasks and rollout budget —
-DocRead on HotpotQA train → held-out evaluation on the test split — in one command.
+"""The estimator ablation: every advantage estimator from the same warm-start checkpoint, with the same
+seeds, training tasks and rollout budget (episodes, not steps), then the same held-out questions.
 
-Run: `.venv/bin/python bench/ablate.py [--steps N] [--eval-limit N] [--only grpo,gigpo]` (CPU defaults: 2
-steps of 2 tasks × 4 episodes from `configs/docread_cigpo.yaml`, 24 test questions; ~7 min per variant on
-2 cores). Scale to GPU by pointing `--config` at a bigger recipe. `--smoke` runs every variant for one step
-on a randomly initialised tiny model of the same architecture to check the plumbing in minutes: its numbers
-mean nothing. Writes `runs/ablate/ablation.md`, `runs/ablate/curves.png` and one folder per variant (each
-resumable: re-running continues where a variant stopped).
+Run: `.venv/bin/python bench/ablate.py [--budget EPISODES] [--eval-limit N] [--only grpo,gigpo]`. CPU
+defaults: 32 episodes per estimator (4 steps of 2 tasks × 4 from `configs/docread_cigpo.yaml`), from the
+warm start `runs/main/sft/hf` (`make run` builds it; built here when missing), 24 HotpotQA test questions,
+greedy, text harness; ~80 min for all eleven on 2 cores. On a GPU raise `--budget` (and the recipe's group
+size with `--set`). `--smoke` runs every variant for one step on a randomly initialised tiny model of the
+same architecture to check the plumbing in minutes: its numbers mean nothing.
+
+Writes `runs/ablate/ablation.md` (per estimator: EM, F1, support recall of reads, tool-call error rate and
+answered rate, each with a 95% bootstrap CI over questions, and the paired difference against grpo with
+its CI; seconds per step split into rollout / reward / update), `runs/ablate/curves.png` (train reward and
+support recall of the training reads per step) and one resumable folder per estimator.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VARIANTS: dict[str, list[str]] = {
     "grpo": ["algorithm.estimator=grpo"],
     "dr_grpo": ["algorithm.estimator=dr_grpo", "loss.aggregation=seq_mean_token_sum_norm"],
+    "rloo": ["algorithm.estimator=rloo"],
     "gigpo": ["algorithm.estimator=gigpo"],
     **{f"info_gain/{v}": ["algorithm.estimator=info_gain", f"algorithm.estimator_args={{variant: {v}}}"]
        for v in ("gold_prob", "gold_logprob", "entropy", "kl")},
@@ -36,6 +42,11 @@ VARIANTS: dict[str, list[str]] = {
     "gear_gt": ["algorithm.estimator=gear_gt"],
 }
 READER_ARG = {"info_gain": "reader", "cw_grpo_adv": "step_reward", "gear_mix": "step_reward", "gear_gt": "reader"}
+# (column, what the per-question value is): tool-call error rate and answered are per episode, the rest
+# are the verifier's numbers
+METRICS = [("em", "EM"), ("f1", "F1"), ("support_recall", "support recall"),
+           ("tool_error_rate", "tool-call error rate"), ("answered", "answered")]
+BASELINE = "grpo"
 
 
 def sleuth(*args: str) -> None:
@@ -47,47 +58,106 @@ def metrics(run: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+def per_question(eval_dir: Path) -> dict[str, dict[str, float]]:
+    from sleuth.agents.compare import per_task
+    from sleuth.agents.evaluate import load_trajectories
+
+    return per_task(load_trajectories(eval_dir / "trajectories.jsonl"))
+
+
+def mean_ci(values: list[float]) -> tuple[float, float, float]:
+    from sleuth.agents.compare import bootstrap_ci
+
+    return sum(values) / len(values), *bootstrap_ci(values)
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=str(ROOT / "configs" / "docread_cigpo.yaml"))
-    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--warm-start", default="runs/main/sft/hf", help="the checkpoint every estimator starts from")
+    ap.add_argument("--budget", type=int, default=32, help="training episodes per estimator")
     ap.add_argument("--eval-limit", type=int, default=24)
     ap.add_argument("--only", help="comma list of variants")
     ap.add_argument("--out", default="runs/ablate")
     ap.add_argument("--smoke", action="store_true", help="tiny random model, one step, two eval questions")
     args = ap.parse_args()
     names = args.names = args.only.split(",") if args.only else list(VARIANTS)
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        ap.error(f"unknown variant(s) {unknown}; known: {', '.join(VARIANTS)}")
     out = Path(args.out)
-    common = ["--set", "checkpoint.export_hf=true", "--set", "tensorboard=false"]
+    from sleuth.training.config import load_config
+
+    base = load_config(args.config)
+    per_step = base.rollout.tasks_per_step * base.rollout.group_size
+    args.steps = max(1, args.budget // per_step)
+    common = ["--set", "checkpoint.export_hf=true", "--set", "tensorboard=false", "--set", "checkpoint.every=0"]
     eval_extra: list[str] = []
-    model = None
+    model = args.warm_start
     if args.smoke:
         from sleuth.agents.models import tiny_model
 
-        model = tiny_model(Path(tempfile.mkdtemp()) / "tiny")
+        model = str(tiny_model(Path(tempfile.mkdtemp()) / "tiny"))
         args.steps, args.eval_limit = 1, 2
-        common += ["--set", f"model={model}", "--set", "rollout.max_tokens=8", "--set", "rollout.group_size=2"]
+        common += ["--set", "rollout.max_tokens=8", "--set", "rollout.group_size=2"]
         eval_extra = ["--max-tokens", "8"]
+    elif not (Path(model) / "config.json").exists():
+        if model != "runs/main/sft/hf":
+            ap.error(f"--warm-start {model} is not a model directory")
+        sleuth("sft", "--config", str(ROOT / "configs" / "docread_sft.yaml"), "--out", "runs/main/sft", "--resume")
+    args.episodes = args.steps * base.rollout.tasks_per_step * (2 if args.smoke else base.rollout.group_size)
+    args.start = model
+    evaluate = ["--env", "sleuth/DocRead-v0", "--tasks", "hotpotqa:test", "--limit", str(args.eval_limit),
+                "--harness", "text", *eval_extra]
+    sleuth("eval", *evaluate, "--policy", model, "--out", str(out / "warm-start"))
     rows = []
     for name in names:
         run = out / name.replace("/", "-")
         # the base config's estimator arguments belong to its own estimator: start each variant from none
         extra = ["--set", "algorithm.estimator_args={}", *(a for s in VARIANTS[name] for a in ("--set", s))]
         est = VARIANTS[name][0].split("=", 1)[1]
-        if model and est in READER_ARG:  # smoke mode: the reader is the tiny model too (set after the args)
+        if args.smoke and est in READER_ARG:  # smoke mode: the reader is the tiny model too (set after the args)
             value = model if READER_ARG[est] == "reader" else f"{{reader: {model}}}"
             extra += ["--set", f"algorithm.estimator_args.{READER_ARG[est]}={value}"]
         sleuth("train", "--config", args.config, "--out", str(run), "--max-steps", str(args.steps), "--resume",
-               *common, *extra)
-        sleuth("eval", "--env", "sleuth/DocRead-v0", "--tasks", "hotpotqa:test", "--limit", str(args.eval_limit),
-               "--policy", str(run / "hf"), "--harness", "text", "--out", str(run / "eval"), *eval_extra)
-        summary = json.loads((run / "eval" / "summary.json").read_text())
+               "--set", f"model={model}", *common, *extra)
+        sleuth("eval", *evaluate, "--policy", str(run / "hf"), "--out", str(run / "eval"))
         m = metrics(run)
-        cost = sum(r.get(f"time/{k}", 0.0) for r in m for k in ("rollout", "reward", "update", "sync")) / max(len(m), 1)
-        rows.append({"variant": name, "em": summary["em"], "f1": summary["f1"],
-                     "support_recall": summary["support_recall"], "mean_reads": summary.get("mean_reads", 0.0),
-                     "s_per_step": cost, "reward_curve": [r.get("reward/mean", 0.0) for r in m]})
+        cost = {k: sum(r.get(f"time/{k}", 0.0) for r in m) / max(len(m), 1) for k in ("rollout", "reward", "update")}
+        rows.append({"variant": name, "questions": per_question(run / "eval"), "cost": cost,
+                     "reward_curve": [r.get("reward/mean", 0.0) for r in m],
+                     "support_curve": [r.get("reward/support_recall/mean", 0.0) for r in m]})
         write(out, rows, args)  # after every variant: an interrupted ablation keeps its finished rows
+
+
+def table(rows: list[dict], warm: dict[str, dict[str, float]]) -> list[str]:
+    from sleuth.agents.compare import bootstrap_ci
+
+    head = "| estimator | " + " | ".join(label for _, label in METRICS) + " | s / step (rollout + reward + update) |"
+    lines = [head, "|" + "---|" * (len(METRICS) + 2)]
+    base = next((r["questions"] for r in rows if r["variant"] == BASELINE), None)
+    for r in [{"variant": "warm start (no RL)", "questions": warm, "cost": None}, *rows]:
+        q = r["questions"]
+        cells = []
+        for key, _ in METRICS:
+            ids = sorted(t for t in q if key in q[t])
+            if not ids:
+                cells.append("–")
+                continue
+            mean, low, high = mean_ci([q[t][key] for t in ids])
+            cell = f"{mean:.3f} [{low:.2f}, {high:.2f}]"
+            if base is not None and r["variant"] not in (BASELINE, "warm start (no RL)"):
+                shared = [t for t in ids if key in base.get(t, {})]
+                diffs = [q[t][key] - base[t][key] for t in shared]
+                if diffs:
+                    d_low, d_high = bootstrap_ci(diffs)
+                    mark = "*" if d_low > 0 or d_high < 0 else ""
+                    cell += f"<br>Δ {sum(diffs) / len(diffs):+.3f}{mark} [{d_low:+.2f}, {d_high:+.2f}]"
+            cells.append(cell)
+        c = r["cost"]
+        cost = f"{sum(c.values()):.0f} ({c['rollout']:.0f} + {c['reward']:.1f} + {c['update']:.0f})" if c else "–"
+        lines.append(f"| {r['variant']} | " + " | ".join(cells) + f" | {cost} |")
+    return lines
 
 
 def write(out: Path, rows: list[dict], args: argparse.Namespace) -> None:
@@ -96,23 +166,27 @@ def write(out: Path, rows: list[dict], args: argparse.Namespace) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for r in rows:
-        ax.plot(range(1, len(r["reward_curve"]) + 1), r["reward_curve"], marker="o", label=r["variant"])
-    ax.set_xlabel("step")
-    ax.set_ylabel("train reward (mean F1 of the step's episodes)")
-    ax.legend(fontsize=7)
+        steps = range(1, len(r["reward_curve"]) + 1)
+        axes[0].plot(steps, r["reward_curve"], marker="o", label=r["variant"])
+        axes[1].plot(steps, r["support_curve"], marker="o", label=r["variant"])
+    axes[0].set_ylabel("train reward (mean F1 of the step's episodes)")
+    axes[1].set_ylabel("support recall of the step's reads")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
     fig.savefig(out / "curves.png", dpi=90)
+    warm = per_question(out / "warm-start")
     lines = [f"{'SMOKE RUN (random tiny model: numbers mean nothing). ' if args.smoke else ''}"
-             f"{args.steps} training steps per variant, same seeds and tasks; held-out: {args.eval_limit} "
-             "HotpotQA test questions, greedy, text harness.", "",
-             "| variant | EM | F1 | support recall | mean reads | s / step |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['variant']} | {r['em']:.3f} | {r['f1']:.3f} | {r['support_recall']:.3f} | "
-                     f"{r['mean_reads']:.2f} | {r['s_per_step']:.1f} |")
-    lines += ["", "![learning curves](curves.png)"]
+             f"Every estimator from the same warm start (`{args.start}`), {args.episodes} training episodes "
+             f"each ({args.steps} step{'s' * (args.steps > 1)}), same seeds and tasks; held-out: the same {args.eval_limit} HotpotQA test "
+             "questions for every row, greedy, text harness. Each cell: the mean over questions with its 95% "
+             f"bootstrap CI, and under it the paired difference against {BASELINE} (`*`: the CI excludes 0).",
+             "", *table(rows, warm), "", "![learning curves](curves.png)"]
     report = "\n".join(lines)
     (out / "ablation.md").write_text(f"# Estimator ablation\n\n{report}\n")
     if len(rows) == len(args.names):

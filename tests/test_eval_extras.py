@@ -41,6 +41,22 @@ def test_bootstrap_ci_brackets_the_mean_and_collapses_without_variance():
     assert bootstrap_ci([0.2] * 10) == (pytest.approx(0.2), pytest.approx(0.2))
 
 
+def test_per_task_has_tool_error_rate_and_answered_by_hand():
+    from sleuth.agents.compare import per_task
+    from sleuth.agents.trajectory import Turn
+
+    def episode(task_id, errors, answered):
+        turns = [Turn([1], [0.0], "x", error="bad" if bad else None) for bad in errors]
+        return Trajectory(task_id, "env", [], turns=turns, verdict={"score": 0.0, "details": {"f1": 0.5}},
+                          terminated=answered, truncated=not answered)
+
+    out = per_task([episode("a", [True, False, False, False], True), episode("a", [True, True], False),
+                    episode("b", [False], True), Trajectory("b", "env", [], error="env died")])
+    # task a: error rates 1/4 and 2/2 → mean 0.625; answered 1 and 0 → 0.5; the failed run of b is left out
+    assert out["a"]["tool_error_rate"] == pytest.approx(0.625) and out["a"]["answered"] == 0.5
+    assert out["b"] == {"score": 0.0, "f1": 0.5, "tool_error_rate": 0.0, "answered": 1.0}
+
+
 def test_samples_resume_compare_and_report(tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
     assert main(["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--limit", "5", "--samples", "2",
