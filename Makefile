@@ -108,7 +108,8 @@ bench: setup
 	$(PY) bench/swe.py --all
 	$(PY) bench/hf_logprobs.py
 
-# Every advantage estimator, same seeds and budget, DocRead train → held-out test (~7 min per variant on CPU).
+# Every advantage estimator from the warm start (runs/main/sft/hf, built if missing), same seeds and episode budget,
+# DocRead train → the same held-out test questions (~8 min per estimator on 2 cores; `--budget` scales it).
 ablate: setup
 	$(PY) bench/ablate.py
 

@@ -42,11 +42,12 @@ VARIANTS: dict[str, list[str]] = {
     "gear_gt": ["algorithm.estimator=gear_gt"],
 }
 READER_ARG = {"info_gain": "reader", "cw_grpo_adv": "step_reward", "gear_mix": "step_reward", "gear_gt": "reader"}
-# (column, what the per-question value is): tool-call error rate and answered are per episode, the rest
-# are the verifier's numbers
+# The per-question values: the verifier's numbers, then the episode's share of invalid tool calls and whether
+# it ended by answering.
 METRICS = [("em", "EM"), ("f1", "F1"), ("support_recall", "support recall"),
            ("tool_error_rate", "tool-call error rate"), ("answered", "answered")]
 BASELINE = "grpo"
+WARM = "warm start (no RL)"
 
 
 def sleuth(*args: str) -> None:
@@ -80,6 +81,7 @@ def main() -> None:
     ap.add_argument("--only", help="comma list of variants")
     ap.add_argument("--out", default="runs/ablate")
     ap.add_argument("--smoke", action="store_true", help="tiny random model, one step, two eval questions")
+    ap.add_argument("--report", action="store_true", help="only rewrite the report from the finished variants")
     args = ap.parse_args()
     names = args.names = args.only.split(",") if args.only else list(VARIANTS)
     unknown = [n for n in names if n not in VARIANTS]
@@ -101,12 +103,17 @@ def main() -> None:
         args.steps, args.eval_limit = 1, 2
         common += ["--set", "rollout.max_tokens=8", "--set", "rollout.group_size=2"]
         eval_extra = ["--max-tokens", "8"]
-    elif not (Path(model) / "config.json").exists():
+    elif not args.report and not (Path(model) / "config.json").exists():
         if model != "runs/main/sft/hf":
             ap.error(f"--warm-start {model} is not a model directory")
         sleuth("sft", "--config", str(ROOT / "configs" / "docread_sft.yaml"), "--out", "runs/main/sft", "--resume")
     args.episodes = args.steps * base.rollout.tasks_per_step * (2 if args.smoke else base.rollout.group_size)
     args.start = model
+    if args.report:
+        rows = [row(name, out / name.replace("/", "-")) for name in names
+                if (out / name.replace("/", "-") / "eval" / "summary.json").exists()]
+        write(out, rows, args)
+        return
     evaluate = ["--env", "sleuth/DocRead-v0", "--tasks", "hotpotqa:test", "--limit", str(args.eval_limit),
                 "--harness", "text", *eval_extra]
     sleuth("eval", *evaluate, "--policy", model, "--out", str(out / "warm-start"))
@@ -122,21 +129,35 @@ def main() -> None:
         sleuth("train", "--config", args.config, "--out", str(run), "--max-steps", str(args.steps), "--resume",
                "--set", f"model={model}", *common, *extra)
         sleuth("eval", *evaluate, "--policy", str(run / "hf"), "--out", str(run / "eval"))
-        m = metrics(run)
-        cost = {k: sum(r.get(f"time/{k}", 0.0) for r in m) / max(len(m), 1) for k in ("rollout", "reward", "update")}
-        rows.append({"variant": name, "questions": per_question(run / "eval"), "cost": cost,
-                     "reward_curve": [r.get("reward/mean", 0.0) for r in m],
-                     "support_curve": [r.get("reward/support_recall/mean", 0.0) for r in m]})
+        rows.append(row(name, run))
         write(out, rows, args)  # after every variant: an interrupted ablation keeps its finished rows
 
 
-def table(rows: list[dict], warm: dict[str, dict[str, float]]) -> list[str]:
+def row(name: str, run: Path) -> dict:
+    m = metrics(run)
+    cost = {k: sum(r.get(f"time/{k}", 0.0) for r in m) / max(len(m), 1) for k in ("rollout", "reward", "update")}
+    return {"variant": name, "questions": per_question(run / "eval"), "cost": cost,
+            "reward_curve": [r.get("reward/mean", 0.0) for r in m],
+            "support_curve": [r.get("reward/support_recall/mean", 0.0) for r in m]}
+
+
+def diff_cell(q: dict, ref: dict, key: str, ids: list[str], label: str) -> str:
+    """The paired difference against a reference run on the questions both have, with its bootstrap CI."""
     from sleuth.agents.compare import bootstrap_ci
 
+    diffs = [q[t][key] - ref[t][key] for t in ids if key in ref.get(t, {})]
+    if not diffs:
+        return ""
+    low, high = bootstrap_ci(diffs)
+    mark = "*" if low > 0 or high < 0 else ""
+    return f"<br>{label} {sum(diffs) / len(diffs):+.3f}{mark} [{low:+.2f}, {high:+.2f}]"
+
+
+def table(rows: list[dict], warm: dict[str, dict[str, float]]) -> list[str]:
     head = "| estimator | " + " | ".join(label for _, label in METRICS) + " | s / step (rollout + reward + update) |"
     lines = [head, "|" + "---|" * (len(METRICS) + 2)]
     base = next((r["questions"] for r in rows if r["variant"] == BASELINE), None)
-    for r in [{"variant": "warm start (no RL)", "questions": warm, "cost": None}, *rows]:
+    for r in [{"variant": WARM, "questions": warm, "cost": None}, *rows]:
         q = r["questions"]
         cells = []
         for key, _ in METRICS:
@@ -146,13 +167,10 @@ def table(rows: list[dict], warm: dict[str, dict[str, float]]) -> list[str]:
                 continue
             mean, low, high = mean_ci([q[t][key] for t in ids])
             cell = f"{mean:.3f} [{low:.2f}, {high:.2f}]"
-            if base is not None and r["variant"] not in (BASELINE, "warm start (no RL)"):
-                shared = [t for t in ids if key in base.get(t, {})]
-                diffs = [q[t][key] - base[t][key] for t in shared]
-                if diffs:
-                    d_low, d_high = bootstrap_ci(diffs)
-                    mark = "*" if d_low > 0 or d_high < 0 else ""
-                    cell += f"<br>Δ {sum(diffs) / len(diffs):+.3f}{mark} [{d_low:+.2f}, {d_high:+.2f}]"
+            if r["variant"] != WARM:
+                cell += diff_cell(q, warm, key, ids, "vs warm")
+            if base is not None and r["variant"] not in (BASELINE, WARM):
+                cell += diff_cell(q, base, key, ids, f"vs {BASELINE}")
             cells.append(cell)
         c = r["cost"]
         cost = f"{sum(c.values()):.0f} ({c['rollout']:.0f} + {c['reward']:.1f} + {c['update']:.0f})" if c else "–"
@@ -185,7 +203,8 @@ def write(out: Path, rows: list[dict], args: argparse.Namespace) -> None:
              f"Every estimator from the same warm start (`{args.start}`), {args.episodes} training episodes "
              f"each ({args.steps} step{'s' * (args.steps > 1)}), same seeds and tasks; held-out: the same {args.eval_limit} HotpotQA test "
              "questions for every row, greedy, text harness. Each cell: the mean over questions with its 95% "
-             f"bootstrap CI, and under it the paired difference against {BASELINE} (`*`: the CI excludes 0).",
+             f"bootstrap CI, then the paired differences against the warm start and against {BASELINE}, each "
+             "with its 95% paired-bootstrap CI (`*`: the CI excludes 0).",
              "", *table(rows, warm), "", "![learning curves](curves.png)"]
     report = "\n".join(lines)
     (out / "ablation.md").write_text(f"# Estimator ablation\n\n{report}\n")
