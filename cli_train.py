@@ -53,8 +53,10 @@ def _run_training(args: argparse.Namespace, load: Callable[..., Any], trainer_cl
 
         if (Path(cfg.out) / "metrics.jsonl").exists():
             plot_run(Path(cfg.out))
-        last = rows[-1] if rows else {}
-        print(f"{done} to step {trainer.step} in {cfg.out}; last {metric} {last.get(metric, float('nan')):.4f}")
+        if rows:
+            print(f"{done} to step {trainer.step} in {cfg.out}; last {metric} {rows[-1].get(metric, float('nan')):.4f}")
+        else:  # resumed a run that had already reached its last step
+            print(f"{cfg.out} was already at step {trainer.step}: nothing to train")
     return 0
 
 

@@ -153,6 +153,11 @@ def test_kill_and_resume_continues(tiny_model_dir, tmp_path):
                        .read_text().splitlines()) for s in range(1, 5)]
 
     assert tasks_per_step(killed) == tasks_per_step(tmp_path / "ref")
+    # resuming a run that already reached its last step trains nothing, says so, and keeps its metrics
+    again = subprocess.run([sys.executable, "-m", "sleuth.cli", "train", "--out", str(killed), *args, "--resume"],
+                           env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "already at step 4: nothing to train" in again.stdout, again.stderr[-2000:]
+    assert [r["step"] for r in read_metrics(killed / "metrics.jsonl")] == [1, 2, 3, 4]
 
 
 def _vllm_python():
