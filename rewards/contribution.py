@@ -180,12 +180,12 @@ class CWGRPOAdv(Estimator):
         return Advantages([per_token(t, a) for t, a in zip(trajs, out, strict=True)], metrics)
 
 
-@register("cw_grpo")
+@register("cw_grpo", source="sleuth")
 def cw_grpo(**kwargs: Any) -> CWGRPO:
     return CWGRPO(**kwargs)
 
 
-@register("cw_grpo_adv")
+@register("cw_grpo_adv", source="sleuth")
 def cw_grpo_adv(**kwargs: Any) -> CWGRPOAdv:
     if "phi_clip" in kwargs:
         kwargs["phi_clip"] = tuple(kwargs["phi_clip"])

@@ -164,11 +164,11 @@ class GearMix(Estimator):
         return Advantages([np.stack([p[i] for p in parts], axis=-1) for i in range(len(trajs))], metrics)
 
 
-@register("gear_mix")
+@register("gear_mix", source="sleuth")
 def gear_mix(**kwargs: Any) -> GearMix:
     return GearMix(**kwargs)
 
 
-@register("gear_gt")
+@register("gear_gt", source="sleuth")
 def gear_gt(**kwargs: Any) -> GearGT:
     return GearGT(**kwargs)

@@ -84,6 +84,6 @@ class GiGPO(Estimator):
                           metrics)
 
 
-@register("gigpo")
+@register("gigpo", source="sleuth")
 def gigpo(**kwargs: Any) -> GiGPO:
     return GiGPO(**kwargs)

@@ -48,16 +48,16 @@ class GroupOutcome(Estimator):
         return Advantages([per_token(t, a) for t, a in zip(trajs, self.trajectory_advantages(trajs), strict=True)])
 
 
-@register("grpo")
+@register("grpo", source="sleuth")
 def grpo(eps: float = 1e-6) -> GroupOutcome:
     return GroupOutcome("grpo", eps)
 
 
-@register("dr_grpo")
+@register("dr_grpo", source="sleuth")
 def dr_grpo() -> GroupOutcome:
     return GroupOutcome("dr_grpo")
 
 
-@register("rloo")
+@register("rloo", source="sleuth")
 def rloo() -> GroupOutcome:
     return GroupOutcome("rloo")

@@ -220,6 +220,6 @@ def _entropy(p: np.ndarray) -> float:
     return float(-np.sum(p * np.log(p + 1e-12)))
 
 
-@register("info_gain")
+@register("info_gain", source="sleuth")
 def info_gain(**kwargs: Any) -> InfoGain:
     return InfoGain(**kwargs)
