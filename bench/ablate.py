@@ -11,13 +11,16 @@ same architecture to check the plumbing in minutes: its numbers mean nothing.
 Writes `runs/ablate/ablation.md` (per estimator: EM, F1, support recall of reads, tool-call error rate and
 answered rate, each with a 95% bootstrap CI over questions, and the paired difference against grpo with
 its CI; seconds per step split into rollout / reward / update), `runs/ablate/curves.png` (train reward and
-support recall of the training reads per step) and one resumable folder per estimator.
+support recall of the training reads per step) and one folder per estimator (its HF export, rollouts,
+metrics and eval; a variant's DeepSpeed checkpoint is deleted once it is evaluated, and a rerun skips
+finished variants).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -126,9 +129,13 @@ def main() -> None:
         if args.smoke and est in READER_ARG:  # smoke mode: the reader is the tiny model too (set after the args)
             value = model if READER_ARG[est] == "reader" else f"{{reader: {model}}}"
             extra += ["--set", f"algorithm.estimator_args.{READER_ARG[est]}={value}"]
-        sleuth("train", "--config", args.config, "--out", str(run), "--max-steps", str(args.steps), "--resume",
-               "--set", f"model={model}", *common, *extra)
-        sleuth("eval", *evaluate, "--policy", str(run / "hf"), "--out", str(run / "eval"))
+        if not (run / "eval" / "summary.json").exists():  # a finished variant is kept as it is
+            sleuth("train", "--config", args.config, "--out", str(run), "--max-steps", str(args.steps),
+                   "--resume", "--set", f"model={model}", *common, *extra)
+            sleuth("eval", *evaluate, "--policy", str(run / "hf"), "--out", str(run / "eval"))
+        # DeepSpeed's checkpoint (2 GB of fp32 optimizer state) is only for resuming training, and the
+        # variant is finished: eleven of them would otherwise hold 23 GB. Its HF export stays.
+        shutil.rmtree(run / "checkpoints", ignore_errors=True)
         rows.append(row(name, run))
         write(out, rows, args)  # after every variant: an interrupted ablation keeps its finished rows
 

@@ -70,8 +70,11 @@ def test_ctrl_c_exits_130_without_a_traceback_and_keeps_finished_episodes(tmp_pa
     import time
 
     clean = {k: v for k, v in os.environ.items() if k != "SLEUTH_DATA"}
+    # 300 tasks × 40 samples: the oracle runs ~150 episodes/s, so the whole run (~80 s) outlasts the signal
+    # even on a loaded machine (300 episodes alone once finished before it arrived)
     proc = subprocess.Popen([SLEUTH, "eval", "--tasks", "hotpotqa:train", "--policy", "oracle", "--concurrency", "1",
-                             "--out", "out"], cwd=tmp_path, env=clean, stderr=subprocess.PIPE, text=True)
+                             "--samples", "40", "--out", "out"], cwd=tmp_path, env=clean, stderr=subprocess.PIPE,
+                            text=True)
     out = tmp_path / "out" / "trajectories.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 3):
