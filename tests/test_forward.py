@@ -1,6 +1,7 @@
 """The loss-side forward: the LM head on the scored positions only gives the full forward's logprobs,
 entropies and gradients, and a model whose logits are more than the head (soft-capping) keeps its own."""
 
+import pytest
 import torch
 
 
@@ -95,3 +96,118 @@ def test_a_batch_without_scored_tokens_gives_empty_logits(tiny_model_dir):
     ids, attn, _ = _batch(model.config.vocab_size)
     scored = ScoredForward(model, model)(ids, attn, torch.zeros(2, 12))
     assert scored.logits.shape == (0, model.config.vocab_size)
+
+
+def _ragged(vocab: int):
+    """Three right-padded rows of 12, 7 and 9 real tokens with scored spans in each."""
+    torch.manual_seed(1)
+    ids = torch.randint(1, vocab, (3, 12))
+    attn = torch.ones_like(ids)
+    attn[1, 7:] = 0
+    attn[2, 9:] = 0
+    mask = torch.zeros(3, 12)
+    mask[0, 3:6] = mask[0, 9:] = 1
+    mask[1, 2:7] = 1
+    mask[2, 5:9] = 1
+    return ids, attn, mask
+
+
+def test_packed_forward_gives_the_padded_logprobs_entropies_and_gradients(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from sleuth.training.forward import ScoredForward
+    from sleuth.training.losses import scored_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ids, attn, mask = _ragged(model.config.vocab_size)
+    padded = ScoredForward(model, model, temperature=0.7)
+    lp, ent = scored_logprobs(padded(ids, attn, mask).logits, ids, mask, with_entropy=True)
+    (lp.sum() + ent.sum()).backward()
+    g_padded = _grads(model)
+    model.zero_grad()
+
+    packed = ScoredForward(model, model, temperature=0.7, packed=True)
+    assert packed.uses_packing()
+    shapes = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, i, o: shapes.append(tuple(i[0].shape)))
+    scored = packed(ids, attn, mask)
+    hook.remove()
+    assert shapes == [(1, 28)]  # one row of the 12 + 7 + 9 real tokens, no padding
+    lp_p, ent_p = scored_logprobs(scored.logits, ids, mask, with_entropy=True)
+    (lp_p.sum() + ent_p.sum()).backward()
+    assert torch.allclose(lp_p, lp, atol=1e-5) and torch.allclose(ent_p, ent, atol=1e-5)
+    assert torch.allclose(scored.hidden[attn.bool()], padded(ids, attn, mask).hidden[attn.bool()], atol=1e-5)
+    assert torch.allclose(_grads(model), g_padded, atol=1e-5)
+
+
+def test_segment_attention_runs_one_causal_call_per_packed_sequence(tiny_model_dir, monkeypatch):
+    """A model on SDPA is switched to `segment_attention`: a packed row costs one unmasked causal SDPA call
+    per sequence, a padded batch keeps its mask, and both give transformers' own SDPA numbers."""
+    import transformers.integrations.sdpa_attention as sdpa
+    from transformers import AutoModelForCausalLM
+
+    from sleuth.training.packing import NAME, segments, use_segment_attention
+
+    assert segments(torch.tensor([0, 1, 2, 0, 1, 0, 1, 2, 3])) == [(0, 3), (3, 5), (5, 9)]
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    ids, attn, _ = _ragged(model.config.vocab_size)
+    real = attn.bool()
+    with torch.no_grad():
+        padded_ref = model(input_ids=ids, attention_mask=attn).logits
+    assert use_segment_attention(model) and model.config._attn_implementation == NAME
+    calls = []
+    inner = sdpa.sdpa_attention_forward
+
+    def spy(module, query, key, value, attention_mask, **kw):
+        calls.append((query.shape[2], attention_mask is None, kw.get("is_causal")))
+        return inner(module, query, key, value, attention_mask, **kw)
+
+    monkeypatch.setattr(sdpa, "sdpa_attention_forward", spy)
+    with torch.no_grad():
+        packed = model(input_ids=ids[real][None], position_ids=(attn.cumsum(-1) - 1)[real][None],
+                       use_cache=False).logits[0]
+        per_layer = calls[:3]
+        calls.clear()
+        padded = model(input_ids=ids, attention_mask=attn).logits
+    assert per_layer == [(12, True, True), (7, True, True), (9, True, True)]
+    assert calls and all(not unmasked for _, unmasked, _ in calls)  # the padded batch keeps its mask
+    assert torch.allclose(packed, padded_ref[real], atol=1e-5) and torch.allclose(padded, padded_ref, atol=1e-6)
+
+
+def test_packing_without_restarted_positions_would_show(tiny_model_dir):
+    """The comparison above can fail: the same packed row with positions running on across sequences (or
+    attention crossing them) gives other logprobs for the second and third sequences."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    ids, attn, _ = _ragged(model.config.vocab_size)
+    real = attn.bool()
+    with torch.no_grad():
+        padded = model(input_ids=ids, attention_mask=attn).logits[real]
+        restarted = (attn.cumsum(-1) - 1)[real][None]
+        good = model(input_ids=ids[real][None], position_ids=restarted, use_cache=False).logits[0]
+        running = model(input_ids=ids[real][None], use_cache=False).logits[0]
+    assert torch.allclose(good, padded, atol=1e-5)
+    assert float((running[12:] - padded[12:]).abs().max()) > 1e-3
+
+
+def test_a_model_that_attends_across_packed_sequences_runs_padded(tiny_model_dir):
+    """A model that ignores position ids and attends over the whole row is caught before any batch: a
+    warning, and the padded forward."""
+    from transformers import AutoModelForCausalLM
+
+    from sleuth.training.forward import ScoredForward
+    from sleuth.training.losses import scored_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+
+    def unaware(input_ids, attention_mask=None, position_ids=None, **kw):  # what an old model would do
+        return model(input_ids=input_ids, attention_mask=attention_mask, **kw)
+
+    ids, attn, mask = _ragged(model.config.vocab_size)
+    fwd = ScoredForward(unaware, model, packed=True)
+    with pytest.warns(UserWarning, match="attends across packed sequences"):
+        assert not fwd.uses_packing()
+    lp = scored_logprobs(fwd(ids, attn, mask).logits, ids, mask)[0]
+    ref = scored_logprobs(ScoredForward(model, model)(ids, attn, mask).logits, ids, mask)[0]
+    assert torch.allclose(lp, ref, atol=1e-6)

@@ -102,6 +102,25 @@ def test_sft_raises_the_likelihood_of_its_trajectory(tiny_model_dir, tmp_path, h
     assert rows[-1]["loss/nll"] < rows[0]["loss/nll"]
 
 
+def test_packed_sft_step_gives_the_padded_loss(tiny_model_dir, tmp_path, hotpot_tasks):
+    """Three oracle episodes of different lengths in one micro-batch: packed into one row, the first step's
+    NLL is the padded one's."""
+    make = lambda: sleuth.make("DocRead-v0", harness="text")  # noqa: E731
+    trajs = list(run_episodes(make, load_tasks("hotpotqa:train", limit=3),
+                              load_policy("oracle", tokenizer_model=tiny_model_dir)))
+    assert len({len(t.token_ids()) for t in trajs}) > 1
+    path = tmp_path / "three.jsonl"
+    path.write_text("".join(t.to_json() + "\n" for t in trajs))
+    nll = {}
+    for packing in (False, True):
+        cfg = _cfg(tiny_model_dir, tmp_path / str(packing), max_steps=1, batch_size=3, packing=packing,
+                   **{"data.source": "trajectories", "data.path": str(path)})
+        trainer = SFTTrainer(cfg, progress=False)
+        nll[packing] = trainer.train()[0]["loss/nll"]
+        assert trainer.forward.uses_packing() == packing
+    assert abs(nll[True] - nll[False]) < 1e-5, nll
+
+
 def test_chat_records_render_exactly_as_the_template(tokenizer):
     from sleuth.agents.chat import ChatRenderer
 

@@ -28,7 +28,7 @@ def _engine(model_dir, **kw):
     return build_engine(model, EngineConfig(**kw))
 
 
-def _grads_of_one_update(engine, micro_batch_tokens, loss_cfg):
+def _grads_of_one_update(engine, micro_batch_tokens, loss_cfg, packing=False):
     grads = {}
 
     def capture():  # stage 0: after the backwards, the accumulated gradients sit in p.grad
@@ -38,7 +38,9 @@ def _grads_of_one_update(engine, micro_batch_tokens, loss_cfg):
 
     engine.step, engine.get_global_grad_norm = capture, lambda: 0.0
     trajs, advs = fixed_batch(6)
-    PolicyUpdater(engine, loss_cfg, pad_id=0, micro_batch_tokens=micro_batch_tokens).update(trajs, advs)
+    updater = PolicyUpdater(engine, loss_cfg, pad_id=0, micro_batch_tokens=micro_batch_tokens, packing=packing)
+    updater.update(trajs, advs)
+    assert updater.policy.uses_packing() == packing
     return grads
 
 
@@ -51,6 +53,60 @@ def test_micro_batches_give_the_same_gradient_as_one_batch(tiny_model_dir, aggre
     assert max(float(g.abs().max()) for g in whole.values()) > 0
     for name, g in whole.items():
         assert torch.allclose(g, split[name], atol=1e-6, rtol=1e-4), name
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
+def test_packed_micro_batches_give_the_padded_gradient(tiny_model_dir, aggregation):
+    """Six trajectories of different lengths packed into rows of ≤ 40 real tokens (several sequences a row,
+    so attention must stay inside each one and positions restart) vs one padded batch of all six."""
+    engine = _engine(tiny_model_dir, zero_stage=0, grad_clip=0.0)
+    cfg = LossConfig(aggregation=aggregation, entropy_coef=0.01)
+    padded = _grads_of_one_update(engine, 10_000, cfg)
+    rows = []
+    hook = engine.module.get_input_embeddings().register_forward_hook(lambda m, i, o: rows.append(i[0].shape))
+    packed = _grads_of_one_update(engine, 40, cfg, packing=True)
+    hook.remove()
+    assert rows and all(r[0] == 1 and r[1] <= 40 for r in rows[-3:]), rows  # one packed row per forward
+    assert any(r[1] > 20 for r in rows[-3:])  # a row holds more than one 14–19-token trajectory
+    for name, g in padded.items():
+        assert torch.allclose(g, packed[name], atol=1e-6, rtol=1e-4), name
+
+
+def test_gradient_checkpointing_recomputes_layers_and_gives_the_same_gradient(tiny_model_dir):
+    cfg = LossConfig(entropy_coef=0.01)
+    grads, calls = {}, {}
+    for ckpt in (False, True):
+        engine = _engine(tiny_model_dir, zero_stage=0, grad_clip=0.0, gradient_checkpointing=ckpt)
+        mlp = engine.module.model.layers[0].mlp  # inside the checkpointed layer (hooks do not fire on recompute)
+        calls[ckpt], forward = 0, mlp.forward
+
+        def counted(*a, ckpt=ckpt, forward=forward, **kw):
+            calls[ckpt] += 1
+            return forward(*a, **kw)
+
+        mlp.forward = counted
+        grads[ckpt] = _grads_of_one_update(engine, 10_000, cfg)
+    # one micro-batch (and the forward's first-call check of its head): the layers run again in the backward
+    assert calls[True] == calls[False] + 1
+    for name, g in grads[False].items():
+        assert torch.allclose(g, grads[True][name], atol=1e-6, rtol=1e-4), name
+
+
+def test_packed_micro_batches_bound_real_tokens_and_hold_each_trajectory_once():
+    from sleuth.training.batch import micro_batches
+
+    trajs, advs = fixed_batch(9, seed=3)
+    lengths = [len(t.token_ids()) for t in trajs]
+    for limit in (1, 25, 40, 10_000):
+        packed = micro_batches(trajs, advs, pad_id=0, max_tokens=limit, packed=True)
+        padded = micro_batches(trajs, advs, pad_id=0, max_tokens=limit)
+        assert sorted(i for b in packed for i in b.index) == list(range(9))
+        for b in packed:
+            assert len(b) == 1 or sum(lengths[i] for i in b.index) <= limit  # real tokens, not padded ones
+            assert int(b.attention_mask.sum()) == sum(lengths[i] for i in b.index)
+        assert len(packed) <= len(padded)
+    assert len(micro_batches(trajs, advs, pad_id=0, max_tokens=40, packed=True)) < len(
+        micro_batches(trajs, advs, pad_id=0, max_tokens=40))
 
 
 @pytest.mark.parametrize("stage, offload", [(2, False), (3, False), (2, True)])

@@ -1,7 +1,8 @@
 """Trajectories + per-token advantages → padded training tensors, split into micro-batches.
 
 The loss mask comes from the trajectory (1 exactly on the policy's sampled ids); the attention mask only
-marks padding. Sequences are right-padded: position ids are then plain `arange`, as in the rollout."""
+marks padding. Sequences are right-padded: position ids are then plain `arange`, as in the rollout. A packed
+forward (`ScoredForward(packed=True)`) reads the same tensors and drops the padding itself."""
 
 from __future__ import annotations
 
@@ -74,15 +75,23 @@ def build_batch(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray], p
 
 
 def micro_batches(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray], pad_id: int,
-                  max_tokens: int, old_logprobs: Sequence[torch.Tensor] | None = None) -> list[Batch]:
-    """Pack trajectories (longest first, so padding stays small) into micro-batches of at most
-    `max_tokens` padded tokens each; a longer single trajectory gets a micro-batch of its own."""
-    order = sorted(range(len(trajs)), key=lambda i: -len(trajs[i].token_ids()))
+                  max_tokens: int, old_logprobs: Sequence[torch.Tensor] | None = None,
+                  packed: bool = False) -> list[Batch]:
+    """Group trajectories (longest first, so padding stays small) into micro-batches of at most `max_tokens`
+    tokens each; a longer single trajectory gets a micro-batch of its own. Counted as padded tokens (rows ×
+    the longest row), or with `packed` as real tokens (the forward then runs the rows as one packed row)."""
+    lengths = [len(t.token_ids()) for t in trajs]
+    order = sorted(range(len(trajs)), key=lambda i: -lengths[i])
     out: list[list[int]] = []
     for i in order:
-        if out and (len(out[-1]) + 1) * len(trajs[out[-1][0]].token_ids()) <= max_tokens:
+        if packed:  # first fit: the longest trajectories first, each into the first micro-batch it fits in
+            fits = next((g for g in out if sum(lengths[j] for j in g) + lengths[i] <= max_tokens), None)
+            if fits is not None:
+                fits.append(i)
+                continue
+        elif out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= max_tokens:
             out[-1].append(i)
-        else:
-            out.append([i])
+            continue
+        out.append([i])
     return [build_batch([trajs[i] for i in idx], [advantages[i] for i in idx], pad_id, idx,
                         [old_logprobs[i] for i in idx] if old_logprobs is not None else None) for idx in out]

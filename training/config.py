@@ -65,7 +65,10 @@ class AlgorithmConfig:
 
 @dataclass
 class UpdateConfig:
-    micro_batch_tokens: int = 4096  # padded tokens per forward/backward
+    micro_batch_tokens: int = 4096  # tokens per forward/backward: padded ones, or real ones when packed
+    # Packed micro-batches: the forward runs each micro-batch's sequences as one row without padding
+    # (attention confined to each sequence), the losses see the padded path's numbers.
+    packing: bool = False
     # PPO's inner loop (verl's ppo_epochs / ppo_mini_batch_size): the step's trajectories are split into
     # `mini_batches` parts, one optimizer step each, and the pass is repeated `epochs` times.
     epochs: int = 1

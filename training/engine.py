@@ -37,6 +37,9 @@ class EngineConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float = 1.0
     lora: LoraConfig | None = None
+    # Activation (gradient) checkpointing: each layer's activations are recomputed in the backward instead
+    # of kept, so a micro-batch's memory no longer grows with layers × tokens, for about one more forward.
+    gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         if self.zero_stage not in (0, 1, 2, 3):
@@ -103,9 +106,13 @@ def deepspeed_config(cfg: EngineConfig) -> dict[str, Any]:
 
 
 def build_engine(model: torch.nn.Module, cfg: EngineConfig) -> Any:
-    """Wrap a model (LoRA adapters added first when configured) in a DeepSpeed engine."""
+    """Wrap a model (activation checkpointing and LoRA adapters added first when configured) in a DeepSpeed
+    engine."""
     import deepspeed
 
+    if cfg.gradient_checkpointing:
+        # non-reentrant: correct with frozen inputs (LoRA) and with inputs that do not require grad
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.lora is not None:
         from peft import LoraConfig as PeftLora
         from peft import get_peft_model

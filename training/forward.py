@@ -9,15 +9,27 @@ head is applied to the selected last hidden states: (n, H) → (n, V), then divi
 Models whose forward does more than `lm_head(last hidden state)` (logit soft-capping, scaling) would give
 other numbers; the first call compares both paths on a short input and keeps the full-logits path where
 they differ, so the result is the model's own logits either way.
+
+`packed=True` runs the model on the real tokens only: the right-padded rows are concatenated into one
+row, with position ids restarting at 0 for each sequence and no attention mask, which transformers reads
+as packed sequences (attention confined to each one: variable-length kernels for flash-attention, one
+causal SDPA call per sequence for a model on SDPA (`training/packing.py`), a block-diagonal mask for
+eager). The hidden states are scattered back to the padded grid, so what the losses and a mixing head
+see is the padded path's, without padding's compute. A model that does not confine attention this way is
+caught before the first batch (packed and padded compared on two short rows) and runs padded, with a
+warning.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from sleuth.training.packing import use_segment_attention
 
 
 @dataclass
@@ -35,18 +47,23 @@ def causal_lm(module: torch.nn.Module) -> torch.nn.Module:
 
 class ScoredForward:
     """`model(ids, attention, mask) -> Scored`, for a callable model (a module or a DeepSpeed engine) and
-    the module it wraps."""
+    the module it wraps; `attention` marks real tokens of right-padded rows."""
 
-    def __init__(self, model: Callable[..., Any], module: torch.nn.Module, temperature: float = 1.0):
-        self.model, self.temperature = model, temperature
+    def __init__(self, model: Callable[..., Any], module: torch.nn.Module, temperature: float = 1.0,
+                 packed: bool = False):
+        self.model, self.temperature, self.packed = model, temperature, packed
         self.head = causal_lm(module).get_output_embeddings()
-        self.selective: bool | None = None  # decided on the first call
+        if packed:  # one causal SDPA call per packed sequence instead of a masked one over the whole row
+            use_segment_attention(causal_lm(module))
+        self.selective: bool | None = None  # whether lm_head(hidden) is the model's logits: asked once
+        self._confined: bool | None = None  # whether packing works for this model: asked once, if packed
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor) -> Scored:
-        if self.selective is None:
-            self.selective = self._head_is_the_logits(input_ids[:1, :8], attention_mask[:1, :8])
         sel = mask[:, 1:].bool()
-        if self.selective:
+        if self.uses_packing() and len(input_ids) > 1:
+            hidden = self._packed_hidden(input_ids, attention_mask)
+            logits = self.head(hidden[:, :-1][sel])
+        elif self.head_is_the_logits():
             out = self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
                              logits_to_keep=1)
             hidden = out.hidden_states[-1]
@@ -56,8 +73,50 @@ class ScoredForward:
             hidden, logits = out.hidden_states[-1], out.logits[:, :-1][sel]
         return Scored(logits / self.temperature, hidden)
 
+    def uses_packing(self) -> bool:
+        """Whether micro-batches run packed: asked for, the head is the model's logits and the model confines
+        attention to each sequence."""
+        if self.packed and self._confined is None and self.head_is_the_logits():
+            self._confined = self._packing_confines_attention()
+        return bool(self.packed and self.head_is_the_logits() and self._confined)
+
+    def head_is_the_logits(self) -> bool:
+        if self.selective is None:
+            self.selective = self._head_matches_logits()
+        return self.selective
+
+    def _packed_hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The last hidden states of the real tokens, run as one packed row, on the padded (B, L, H) grid."""
+        real = attention_mask.bool()
+        positions = (attention_mask.cumsum(-1) - 1)[real]  # 0, 1, ... within each right-padded row
+        out = self.model(input_ids=input_ids[real][None], position_ids=positions[None], use_cache=False,
+                         output_hidden_states=True, logits_to_keep=1)
+        packed = out.hidden_states[-1][0]
+        hidden = packed.new_zeros((*input_ids.shape, packed.shape[-1]))
+        hidden[real] = packed
+        return hidden
+
     @torch.no_grad()
-    def _head_is_the_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> bool:
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+    def _head_matches_logits(self) -> bool:
+        ids = torch.arange(1, 9, device=self.head.weight.device)[None]
+        out = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True)
         mine = self.head(out.hidden_states[-1]).float()
         return bool(torch.allclose(mine, out.logits.float(), rtol=1e-4, atol=1e-4))
+
+    @torch.no_grad()
+    def _packing_confines_attention(self) -> bool:
+        """Two short sequences (the second one shorter, so it is padded) give the same hidden states packed as
+        padded: attention does not cross from one into the other."""
+        ids = torch.arange(1, 13, device=self.head.weight.device).reshape(2, 6)
+        attention = torch.ones_like(ids)
+        attention[1, 4:] = 0
+        padded = self.model(input_ids=ids, attention_mask=attention, output_hidden_states=True,
+                            logits_to_keep=1).hidden_states[-1]
+        packed = self._packed_hidden(ids, attention)
+        real = attention.bool()
+        same = bool(torch.allclose(packed[real].float(), padded[real].float(), rtol=1e-3, atol=1e-3))
+        if not same:
+            warnings.warn("this model attends across packed sequences (position ids and no attention mask are "
+                          "not read as packing): update.packing is off for it, micro-batches run padded",
+                          stacklevel=3)
+        return same

@@ -38,7 +38,8 @@ class MixTerms:
 
 
 class Mixing:
-    def __init__(self, cfg: MixingSpec, module: torch.nn.Module, hidden_size: int, temperature: float = 1.0):
+    def __init__(self, cfg: MixingSpec, module: torch.nn.Module, hidden_size: int, temperature: float = 1.0,
+                 packing: bool = False):
         self.cfg = cfg
         dev = next(module.parameters()).device
         self.head = torch.nn.Linear(hidden_size, cfg.granularities, bias=False).to(dev)
@@ -47,7 +48,7 @@ class Mixing:
         base = module.get_base_model() if hasattr(module, "get_base_model") else module
         self.teacher = copy.deepcopy(base).eval().requires_grad_(False)
         self.teacher.load_state_dict(full_state_dict(module), strict=False)
-        self.teacher_forward = ScoredForward(self.teacher, self.teacher, temperature)
+        self.teacher_forward = ScoredForward(self.teacher, self.teacher, temperature, packed=packing)
 
     def weights(self, hidden: torch.Tensor, k: int) -> torch.Tensor:
         """(B, L, K) weights for hidden (B, L, H): position t's come from the hidden state that predicts token t."""

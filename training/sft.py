@@ -82,6 +82,7 @@ class SFTConfig:
     batch_size: int = 8  # trajectories per optimizer step, across all ranks
     max_steps: int | None = None  # stop early (None: every epoch of every round)
     micro_batch_tokens: int = 4096
+    packing: bool = False  # as the RL update's `update.packing`: micro-batches run without padding
     engine: EngineConfig = field(default_factory=lambda: EngineConfig(lr=5e-5))
     checkpoint: CheckpointConfig = field(default_factory=lambda: CheckpointConfig(every=0))
     tensorboard: bool = True
@@ -136,7 +137,7 @@ class SFTTrainer:
         model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype).to(device())
         model.config.use_cache = False
         self.engine = build_engine(model, cfg.engine)
-        self.forward = ScoredForward(self.engine, self.engine.module)
+        self.forward = ScoredForward(self.engine, self.engine.module, packed=cfg.packing)
         self.step = 0
         if resume:
             state = checkpoint.load(self.engine, self.ckpt_root)
@@ -204,7 +205,8 @@ class SFTTrainer:
         """One optimizer step on this rank's share of the batch: mean NLL of every policy token in the batch."""
         t0 = time.perf_counter()
         zeros = [np.zeros(t.num_policy_tokens) for t in trajs]
-        batches = micro_batches(list(trajs), zeros, self.pad_id, self.cfg.micro_batch_tokens) if trajs else []
+        batches = (micro_batches(list(trajs), zeros, self.pad_id, self.cfg.micro_batch_tokens,
+                                 packed=self.forward.uses_packing()) if trajs else [])
         denom = all_sum(sum(float(b.loss_mask.sum()) for b in batches))
         n_micro = int(all_max(len(batches)))
         dev, scale, nll = device(), dist.get_world_size() / max(denom, 1.0), 0.0

@@ -75,12 +75,12 @@ class Trainer:
             from sleuth.training.mixing import Mixing
 
             mixing = Mixing(self.estimator.mixing, self.engine.module, model.config.hidden_size,
-                            cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0)
+                            cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0, cfg.update.packing)
         up = cfg.update
         self.updater = PolicyUpdater(self.engine, cfg.loss, self.pad_id, up.micro_batch_tokens, ref,
                                      temperature=cfg.rollout.temperature, mixing=mixing, epochs=up.epochs,
                                      mini_batches=up.mini_batches, old_logprobs=up.old_logprobs,
-                                     seed=cfg.seed + self.rank)
+                                     seed=cfg.seed + self.rank, packing=up.packing)
         self.probe_ids = ChatRenderer(self.tokenizer).prompt_ids(PROBE)
         self.rollout = make_rollout(cfg, self.model_path, dtype, self.probe_ids)
         self.step, version = 0, 0

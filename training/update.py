@@ -53,7 +53,8 @@ class _Tally:
 class PolicyUpdater:
     def __init__(self, engine: Any, loss: LossConfig, pad_id: int, micro_batch_tokens: int,
                  ref: torch.nn.Module | None = None, temperature: float = 1.0, mixing: Mixing | None = None,
-                 epochs: int = 1, mini_batches: int = 1, old_logprobs: str = "recompute", seed: int = 0):
+                 epochs: int = 1, mini_batches: int = 1, old_logprobs: str = "recompute", seed: int = 0,
+                 packing: bool = False):
         if old_logprobs not in ("recompute", "rollout"):
             raise ValueError(f"old_logprobs must be recompute or rollout; got {old_logprobs!r}")
         if epochs < 1 or mini_batches < 1:
@@ -63,8 +64,8 @@ class PolicyUpdater:
         self.engine, self.loss, self.pad_id, self.micro_batch_tokens, self.ref = engine, loss, pad_id, micro_batch_tokens, ref
         # The policy being optimised is the sampling distribution softmax(logits / T), as in the rollouts.
         self.temperature = temperature if temperature > 0 else 1.0
-        self.policy = ScoredForward(engine, engine.module, self.temperature)
-        self.ref_forward = ScoredForward(ref, ref, self.temperature) if ref is not None else None
+        self.policy = ScoredForward(engine, engine.module, self.temperature, packed=packing)
+        self.ref_forward = ScoredForward(ref, ref, self.temperature, packed=packing) if ref is not None else None
         self.mixing = mixing  # GEAR's learned mixing of advantage granularities + EMA self-distillation
         self.epochs, self.mini_batches, self.old_mode = epochs, mini_batches, old_logprobs
         self.seed, self.calls = seed, 0
@@ -107,7 +108,8 @@ class PolicyUpdater:
     def _recompute(self, trajs: Sequence[Trajectory]) -> list[torch.Tensor]:
         """The pre-update policy's logprobs of every trajectory (aligned with its token ids, 0 off the mask)."""
         zeros = [np.zeros(t.num_policy_tokens) for t in trajs]
-        batches = micro_batches(trajs, zeros, self.pad_id, self.micro_batch_tokens)
+        batches = micro_batches(trajs, zeros, self.pad_id, self.micro_batch_tokens,
+                                packed=self.policy.uses_packing())
         out: list[torch.Tensor | None] = [None] * len(trajs)
         dev = device()
         for i in range(int(all_max(len(batches)))):
@@ -124,7 +126,8 @@ class PolicyUpdater:
         """Forward/backward of every micro-batch of this mini-batch, then one optimizer step (none where no
         rank has a policy token)."""
         lc = self.loss
-        batches = micro_batches(trajs, advantages, self.pad_id, self.micro_batch_tokens, old) if trajs else []
+        batches = (micro_batches(trajs, advantages, self.pad_id, self.micro_batch_tokens, old,
+                                 packed=self.policy.uses_packing()) if trajs else [])
         weights = []
         for k, b in enumerate(batches):
             iw = None
