@@ -105,6 +105,7 @@ bench: setup
 	$(PY) bench/verifier_server.py
 	$(PY) bench/env_server.py
 	$(PY) bench/train_step.py
+	$(PY) bench/update_memory.py
 	$(PY) bench/swe.py --all
 	$(PY) bench/hf_logprobs.py
 

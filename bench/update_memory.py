@@ -8,7 +8,7 @@ repeats; an update is timed after a warm-up update at a learning rate of 1e-9 (t
 loss, stay put). Reports s/update, real tokens/s, the positions the forward computed, peak RSS, and the
 loss and gradient-norm differences (they should be rounding only).
 
-Run: `.venv/bin/python bench/update_memory.py [--repeats 2] [--micro-batch-tokens 4096] [--episodes 12]`.
+Run: `.venv/bin/python bench/update_memory.py [--repeats 2] [--micro-batch-tokens 4096] [--episodes 8]`.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--micro-batch-tokens", type=int, default=4096)
-    ap.add_argument("--episodes", type=int, default=12)
+    ap.add_argument("--episodes", type=int, default=8)
     ap.add_argument("--worker", choices=ARMS, help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()

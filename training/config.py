@@ -67,8 +67,9 @@ class AlgorithmConfig:
 class UpdateConfig:
     micro_batch_tokens: int = 4096  # tokens per forward/backward: padded ones, or real ones when packed
     # Packed micro-batches: the forward runs each micro-batch's sequences as one row without padding
-    # (attention confined to each sequence), the losses see the padded path's numbers.
-    packing: bool = False
+    # (attention confined to each sequence), the losses see the padded path's numbers. Measured on one
+    # update of SmolLM2 (2 CPU cores, 8 DocRead trajectories): 0.82× the padded time, 0.96× its peak memory.
+    packing: bool = True
     # PPO's inner loop (verl's ppo_epochs / ppo_mini_batch_size): the step's trajectories are split into
     # `mini_batches` parts, one optimizer step each, and the pass is repeated `epochs` times.
     epochs: int = 1

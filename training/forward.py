@@ -114,7 +114,9 @@ class ScoredForward:
                             logits_to_keep=1).hidden_states[-1]
         packed = self._packed_hidden(ids, attention)
         real = attention.bool()
-        same = bool(torch.allclose(packed[real].float(), padded[real].float(), rtol=1e-3, atol=1e-3))
+        # bf16 rounds packed and padded kernels apart by ~1e-2; attending across sequences moves them by O(1)
+        tol = 1e-3 if padded.dtype == torch.float32 else 5e-2
+        same = bool(torch.allclose(packed[real].float(), padded[real].float(), rtol=tol, atol=tol))
         if not same:
             warnings.warn("this model attends across packed sequences (position ids and no attention mask are "
                           "not read as packing): update.packing is off for it, micro-batches run padded",

@@ -82,7 +82,7 @@ class SFTConfig:
     batch_size: int = 8  # trajectories per optimizer step, across all ranks
     max_steps: int | None = None  # stop early (None: every epoch of every round)
     micro_batch_tokens: int = 4096
-    packing: bool = False  # as the RL update's `update.packing`: micro-batches run without padding
+    packing: bool = True  # as the RL update's `update.packing`: micro-batches run without padding
     engine: EngineConfig = field(default_factory=lambda: EngineConfig(lr=5e-5))
     checkpoint: CheckpointConfig = field(default_factory=lambda: CheckpointConfig(every=0))
     tensorboard: bool = True

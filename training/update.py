@@ -54,7 +54,7 @@ class PolicyUpdater:
     def __init__(self, engine: Any, loss: LossConfig, pad_id: int, micro_batch_tokens: int,
                  ref: torch.nn.Module | None = None, temperature: float = 1.0, mixing: Mixing | None = None,
                  epochs: int = 1, mini_batches: int = 1, old_logprobs: str = "recompute", seed: int = 0,
-                 packing: bool = False):
+                 packing: bool = True):
         if old_logprobs not in ("recompute", "rollout"):
             raise ValueError(f"old_logprobs must be recompute or rollout; got {old_logprobs!r}")
         if epochs < 1 or mini_batches < 1:
