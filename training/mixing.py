@@ -39,7 +39,7 @@ class MixTerms:
 
 class Mixing:
     def __init__(self, cfg: MixingSpec, module: torch.nn.Module, hidden_size: int, temperature: float = 1.0,
-                 packing: bool = False):
+                 packing: bool = True):
         self.cfg = cfg
         dev = next(module.parameters()).device
         self.head = torch.nn.Linear(hidden_size, cfg.granularities, bias=False).to(dev)
