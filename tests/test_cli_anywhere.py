@@ -70,11 +70,12 @@ def test_ctrl_c_exits_130_without_a_traceback_and_keeps_finished_episodes(tmp_pa
     import time
 
     clean = {k: v for k, v in os.environ.items() if k != "SLEUTH_DATA"}
-    # 300 tasks × 40 samples: the oracle runs ~150 episodes/s, so the whole run (~80 s) outlasts the signal
-    # even on a loaded machine (300 episodes alone once finished before it arrived)
+    # 300 tasks × 40 samples (~40 s of oracle episodes): the run outlasts the signal on any machine. SIGINT
+    # is reset to its default in the child: a suite started in the background (`nohup`, `cmd &` without job
+    # control) inherits it ignored, and Python then never raises KeyboardInterrupt.
     proc = subprocess.Popen([SLEUTH, "eval", "--tasks", "hotpotqa:train", "--policy", "oracle", "--concurrency", "1",
                              "--samples", "40", "--out", "out"], cwd=tmp_path, env=clean, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     out = tmp_path / "out" / "trajectories.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 3):
