@@ -54,6 +54,7 @@ class TransformersPolicy:
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
         self.max_batch = max_batch
+        self.parallel_calls = 1  # one model, one call at a time: ready requests are batched into the next call
         eos = self.tokenizer.eos_token_id
         self.stop_ids = [eos] if isinstance(eos, int) else list(eos)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.stop_ids[0]

@@ -1,33 +1,24 @@
-"""The agent loop: many envs against one policy, generation batched across every live episode, each
-finished episode yielded as an exact token-level `Trajectory` as soon as it ends."""
+"""The agent loop: many envs against one policy, each finished episode yielded as an exact token-level
+`Trajectory` as soon as it ends.
+
+The loop is continuous: an episode's next request goes to the policy as soon as its env step returns,
+env steps run (in `env_workers` threads) while the engine generates for other episodes, and a finished
+episode's slot takes the next task at once. The state lives in `EpisodeScheduler`, the requests go
+through `RequestQueue`; what is here only moves results between them."""
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 import gymnasium
 
 from sleuth.agents.chat import ChatRenderer
-from sleuth.agents.policy import Policy, Request, SamplingParams
-from sleuth.agents.trajectory import ReadEvent, Trajectory, Turn
+from sleuth.agents.policy import Policy, SamplingParams
+from sleuth.agents.requests import RequestQueue, Sampled
+from sleuth.agents.scheduler import Episode, EpisodeScheduler, StepOutcome
+from sleuth.agents.trajectory import Trajectory
 from sleuth.tasks.base import Task
-
-
-@dataclass
-class _Episode:
-    env: gymnasium.Env
-    task: Task
-    traj: Trajectory
-    context: list[int]
-    messages: list[dict[str, Any]]
-    reset_info: dict[str, Any]
-    started: float = field(default_factory=time.perf_counter)
 
 
 def run_episodes(
@@ -39,104 +30,51 @@ def run_episodes(
     env_id: str = "",
     max_context: int | None = None,
     env_workers: int = 0,
+    lockstep: bool = False,
 ) -> Iterator[Trajectory]:
     """Yield one Trajectory per task, in completion order. A task whose env fails to reset yields a
     trajectory with `error` set, an env that fails mid-episode a truncated one with the reason (nothing is
-    silently dropped). `max_context` (default: the policy's) truncates an episode whose next turn would
-    not fit. `env_workers` > 0 steps the envs of a round in that many threads: worth it when steps wait
-    on something (env servers, sandboxes); in-process steps of microseconds are faster inline."""
+    silently dropped); a policy that fails raises. `max_context` (default: the policy's) truncates an
+    episode whose next turn would not fit. `env_workers` > 0 steps envs in that many threads, concurrently
+    with generation: worth it when steps wait on something (env servers, sandboxes, SWE tests); in-process
+    steps of microseconds are faster inline. `lockstep` releases requests in rounds (every episode waits
+    for the slowest of its round), the loop sleuth had before, kept for measurement."""
     sampling = sampling or SamplingParams()
-    renderer = ChatRenderer(policy.tokenizer)
-    limit = max_context or policy.max_context or 1 << 30
-    pending = deque(tasks)
-    idle: list[gymnasium.Env] = []
-    live: list[_Episode] = []
+    sched = EpisodeScheduler(make_env, tasks, ChatRenderer(policy.tokenizer), concurrency=concurrency, env_id=env_id,
+                             max_context=max_context or policy.max_context or 1 << 30,
+                             max_tokens=sampling.max_tokens, barrier=lockstep)
+    engine = RequestQueue(policy, sampling)
     pool = ThreadPoolExecutor(env_workers, thread_name_prefix="sleuth-env") if env_workers > 0 else None
+    inflight: dict[Future, tuple[Episode, Sampled | None]] = {}  # a generation (None) or an env step
     try:
-        yield from _loop(make_env, pending, policy, sampling, concurrency, env_id, renderer, limit, idle, live, pool)
+        while not sched.done:
+            sched.admit()
+            yield from sched.pop_finished()
+            ready = sched.take_ready()
+            for ep, fut in zip(ready, engine.submit([ep.request() for ep in ready]), strict=True):
+                inflight[fut] = (ep, None)
+            if not inflight:
+                continue
+            wait(inflight, return_when=FIRST_COMPLETED)
+            for fut in sorted(engine.done(inflight), key=lambda f: inflight[f][0].index):
+                ep, sampled = inflight.pop(fut)
+                if sampled is not None:  # an env step returned
+                    sched.on_step(ep, sampled.generation, sampled.version, fut.result())
+                    continue
+                sampled = fut.result()  # a generation came back (a failed policy raises here)
+                if pool:
+                    inflight[pool.submit(_step, ep.env, sampled.generation.text)] = (ep, sampled)
+                else:
+                    sched.on_step(ep, sampled.generation, sampled.version, _step(ep.env, sampled.generation.text))
     finally:
+        engine.close()
         if pool:
-            pool.shutdown(wait=False)
+            pool.shutdown(wait=False, cancel_futures=True)
+        sched.close()
 
 
-def _step(pair: tuple[_Episode, Any]) -> Any:
-    ep, gen = pair
+def _step(env: gymnasium.Env, action: str) -> StepOutcome | BaseException:
     try:
-        return ep.env.step(gen.text)
-    except Exception as e:  # reported per episode by the caller
+        return StepOutcome.from_gym(env.step(action))
+    except Exception as e:  # reported per episode by the scheduler
         return e
-
-
-def _loop(make_env: Callable[[], gymnasium.Env], pending: deque, policy: Policy, sampling: SamplingParams,
-          concurrency: int, env_id: str, renderer: ChatRenderer, limit: int, idle: list, live: list[_Episode],
-          pool: ThreadPoolExecutor | None) -> Iterator[Trajectory]:
-    """The rounds: top up live episodes, one batched generation for all, step every env, record."""
-    while pending or live:
-        while pending and len(live) < concurrency:
-            task = pending.popleft()
-            if not idle:
-                idle.append(make_env())
-            env = idle.pop()
-            try:
-                _, info = env.reset(options={"task": task})
-            except Exception as e:  # bad task data: record it, drop the env (its state is unknown), go on
-                env.close()
-                yield Trajectory(task.id, env_id, [], error=f"reset failed: {type(e).__name__}: {e}",
-                                 stop_reason="error", group=task.id)
-                continue
-            ids = renderer.prompt_ids(info["messages"])
-            traj = Trajectory(task_id=task.id, env_id=env_id, prompt_ids=ids, group=task.id)
-            live.append(_Episode(env, task, traj, list(ids), list(info["messages"]), info))
-        if not live:
-            continue
-        requests = [Request(ep.context, ep.messages, ep.task, len(ep.traj.turns), ep.reset_info) for ep in live]
-        generations = policy.generate(requests, sampling)
-        still: list[_Episode] = []
-        pairs = list(zip(live, generations, strict=True))
-        outcomes = pool.map(_step, pairs) if pool else map(_step, pairs)
-        for (ep, gen), outcome in zip(pairs, outcomes, strict=True):
-            if isinstance(outcome, Exception):  # the env itself failed (a dead env server): end this episode
-                e = outcome
-                turn = Turn(gen.ids, gen.logprobs, gen.text, policy_version=policy.version,
-                            finish_reason=gen.finish_reason, error=f"env failed: {type(e).__name__}: {e}")
-                ep.traj.turns.append(turn)
-                ep.traj.stop_reason = "env_error"
-                ep.traj.meta["env_error"] = turn.error
-                with contextlib.suppress(Exception):
-                    ep.env.close()
-                yield _finish(ep, False, True, {}, [])  # the broken env is not reused
-                continue
-            _, reward, terminated, truncated, info = outcome
-            new_messages = info.pop("messages", [])
-            read = info.pop("read", None)
-            turn = Turn(gen.ids, gen.logprobs, gen.text, tool_call=info.get("tool_call"), error=info.get("error"),
-                        reward=float(reward), info=info, policy_version=policy.version, finish_reason=gen.finish_reason,
-                        read=ReadEvent.from_info(read) if read else None)
-            ep.traj.turns.append(turn)
-            ep.traj.reward += float(reward)
-            if terminated or truncated:
-                if turn.read is not None:  # e.g. the budget ran out on this read: nobody saw the document
-                    turn.read.shown = False
-                yield _finish(ep, terminated, truncated, info, idle)
-                continue
-            turn.observation = "\n".join(m["content"] for m in new_messages)
-            turn.observation_ids = renderer.observation_ids(new_messages, gen.ids)
-            ep.messages += [{"role": "assistant", "content": gen.text}, *new_messages]
-            ep.context += gen.ids + turn.observation_ids
-            if len(ep.context) + sampling.max_tokens <= limit:
-                still.append(ep)
-            else:
-                if turn.read is not None:  # the next turn never comes: the document was never seen
-                    turn.read.shown = False
-                ep.traj.stop_reason = "context_limit"
-                yield _finish(ep, False, True, {}, idle)
-        live = still
-
-
-def _finish(ep: _Episode, terminated: bool, truncated: bool, info: dict[str, Any], idle: list) -> Trajectory:
-    ep.traj.terminated, ep.traj.truncated = terminated, truncated
-    ep.traj.stop_reason = ep.traj.stop_reason or ("final" if terminated else "budget")
-    ep.traj.verdict = info.get("verdict")
-    ep.traj.meta["wall_s"] = round(time.perf_counter() - ep.started, 3)
-    idle.append(ep.env)
-    return ep.traj

@@ -24,6 +24,7 @@ class OpenAICompletionsPolicy:
                  name: str | None = None, send_seed: bool = True, max_context: int | None = None):
         self.base_url = base_url.rstrip("/")
         self.max_context = max_context  # the server's max_model_len, where the caller knows it
+        self.parallel_calls = concurrency  # each request its own call: the server's scheduler batches them
         self.model, self.tokenizer = model, tokenizer
         self.name = name or f"{model}@{self.base_url}"
         self.version = 0
@@ -43,8 +44,9 @@ class OpenAICompletionsPolicy:
             "temperature": max(s.temperature, 0.0), "top_p": s.top_p, "logprobs": 0,
             "return_tokens_as_token_ids": True, "skip_special_tokens": True,
         }
-        if s.seed is not None and self.send_seed:  # distinct per request and turn: equal seeds would make a group's samples equal
-            body["seed"] = (s.seed * 1_000_003 + i * 7919 + r.turn) % (2**31)
+        if s.seed is not None and self.send_seed:  # distinct per episode and turn: equal seeds would make a group's samples equal
+            sample = i if r.sample is None else r.sample
+            body["seed"] = (s.seed * 1_000_003 + sample * 7919 + r.turn) % (2**31)
         return body
 
     def _one(self, body: dict[str, Any]) -> Generation:

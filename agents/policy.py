@@ -28,6 +28,7 @@ class Request:
     task: Task
     turn: int = 0
     env_info: dict[str, Any] = field(default_factory=dict)  # the info from reset (tools, format, budget)
+    sample: int | None = None  # the episode's index in its run: a server seeds (sample, turn), whatever the batching
 
 
 @dataclass
@@ -43,6 +44,9 @@ class Policy(Protocol):
     version: int  # bumped whenever weights change, recorded on every turn
     tokenizer: Any
     max_context: int | None  # the longest context (prompt + generation) it can take; None: no limit known
+    # How many `generate` calls may run at once: 1 for a model in this process (requests wait and go as one
+    # batch), the connection count for a server (each request its own call, batched by the server).
+    parallel_calls: int
 
     def generate(self, requests: list[Request], sampling: SamplingParams) -> list[Generation]: ...
 

@@ -24,6 +24,7 @@ class ScriptedPolicy(ABC):
     name = "scripted"
     version = 0
     max_context: int | None = None
+    parallel_calls: int = 1
 
     def __init__(self, tokenizer: Any, seed: int = 0):
         self.tokenizer = tokenizer

@@ -44,7 +44,7 @@ def test_trajectory_ids_equal_the_chat_template_of_the_whole_conversation(hotpot
 class CutOff:
     """Test double: emits canonical ids with no end-of-turn token, as if max_tokens were hit."""
 
-    name, version, max_context = "cutoff", 7, None
+    name, version, max_context, parallel_calls = "cutoff", 7, None, 1
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer

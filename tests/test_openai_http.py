@@ -55,3 +55,19 @@ def test_unreachable_server(tokenizer):
 
     with pytest.raises(ServerError, match="request to http://engine failed: ConnectError"):
         policy(tokenizer, handler).generate([Request([1], [], None)], SamplingParams())
+
+
+def test_seeds_follow_the_episode_not_the_batch(tokenizer):
+    """The continuous loop sends one request per call: the seed comes from the episode's index and turn."""
+    seen = []
+
+    def handler(req):
+        seen.append(json.loads(req.content)["seed"])
+        return httpx.Response(200, json=ok([tokenizer.eos_token_id]))
+
+    p, s = policy(tokenizer, handler), SamplingParams(temperature=1.0, seed=7)
+    for sample, turn in ((0, 0), (1, 0), (0, 1), (0, 0)):
+        p.generate([Request([1], [], None, turn, sample=sample)], s)
+    p.generate([Request([1], [], None, 0, sample=1), Request([1], [], None, 0, sample=0)], s)
+    assert len(set(seen[:3])) == 3 and seen[3] == seen[0]  # distinct per (episode, turn), the same when repeated
+    assert seen[4:] == [seen[1], seen[0]]  # the position in a batch does not matter

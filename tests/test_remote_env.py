@@ -69,6 +69,7 @@ class KillsServer:
     def __init__(self, proc):
         self.inner, self.proc, self.calls = load_policy("oracle"), proc, 0
         self.name, self.version, self.tokenizer, self.max_context = "oracle", 0, self.inner.tokenizer, None
+        self.parallel_calls = 1
 
     def generate(self, requests, sampling):
         self.calls += 1

@@ -36,6 +36,10 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     concurrency: int = 16
+    # Threads that step envs while the engine generates (the continuous loop): for envs whose steps wait
+    # (sandboxes, SWE tests, env or retrieval servers); 0 steps in-process envs inline, which is faster.
+    env_workers: int = 0
+    lockstep: bool = False  # release requests in rounds, as sleuth did before the continuous loop (measurement)
     zero_variance: str = "keep"  # keep | drop | dynamic (DAPO: sample more groups until the batch is full)
     dynamic_max_rounds: int = 3
     vllm_url: str | None = None  # the server's base URL; None starts one from `vllm_python`
@@ -50,6 +54,7 @@ class RolloutConfig:
         if self.group_size < 1 or self.tasks_per_step < 1:
             raise ValueError("rollout.group_size and rollout.tasks_per_step must be ≥ 1")
         for key, value, low in (("max_tokens", self.max_tokens, 1), ("concurrency", self.concurrency, 1),
+                                ("env_workers", self.env_workers, 0),
                                 ("dynamic_max_rounds", self.dynamic_max_rounds, 1), ("temperature", self.temperature, 0)):
             if not value >= low:  # also refuses NaN
                 raise ValueError(f"rollout.{key} must be ≥ {low}, got {value}")

@@ -210,7 +210,8 @@ class Trainer:
         seed = (cfg.seed * 1_000_003 + step * 1009 + round_ * 31 + self.rank) % (2**31)
         sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
         trajs = list(run_episodes(lambda: sleuth.make(cfg.env, **cfg.env_args), tasks, self.rollout.policy,
-                                  sampling, rc.concurrency, env_id=cfg.env))
+                                  sampling, rc.concurrency, env_id=cfg.env, env_workers=rc.env_workers,
+                                  lockstep=rc.lockstep))
         for t in trajs:
             t.group = f"{t.task_id}@{step}.{round_}"
         return trajs

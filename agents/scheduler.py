@@ -1,0 +1,176 @@
+"""`EpisodeScheduler`: the state of a run's episodes — tasks waiting for an env, episodes running (ready
+for their next generation, generating, or stepping their env), trajectories finished — and the rules that
+move an episode between them. The driver loop (`agents/loop.py`) only moves data between the scheduler,
+the request queue and the env steps.
+
+Two admission rules. Continuous (the default): an episode's next request is ready as soon as its env step
+returns, and a free slot takes the next task at once. Lock-step (`barrier=True`, what the loop did
+before): requests are released in rounds, only when no episode of the round is still generating or
+stepping, and new tasks are admitted only between rounds; kept so the two can be measured side by side."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium
+
+from sleuth.agents.chat import ChatRenderer
+from sleuth.agents.policy import Generation, Request
+from sleuth.agents.trajectory import ReadEvent, Trajectory, Turn
+from sleuth.tasks.base import Task
+
+
+@dataclass
+class StepOutcome:
+    """One env step as the loop uses it: the gymnasium 5-tuple with the keys of `info` the loop reads
+    turned into fields (read here, once). `info` keeps the rest for the trajectory record."""
+
+    reward: float
+    terminated: bool
+    truncated: bool
+    messages: list[dict[str, Any]]  # what the policy sees next (empty when the episode ended)
+    read: ReadEvent | None
+    tool_call: dict[str, Any] | None
+    error: str | None
+    verdict: dict[str, Any] | None
+    info: dict[str, Any]
+
+    @classmethod
+    def from_gym(cls, step: tuple[Any, Any, Any, Any, dict[str, Any]]) -> StepOutcome:
+        _, reward, terminated, truncated, info = step
+        rest = {k: v for k, v in info.items() if k not in ("messages", "read")}
+        read = info.get("read")
+        return cls(float(reward), bool(terminated), bool(truncated), list(info.get("messages") or []),
+                   ReadEvent.from_info(read) if read else None, info.get("tool_call"), info.get("error"),
+                   info.get("verdict"), rest)
+
+
+@dataclass
+class Episode:
+    index: int  # the task's position in the run: fixes its sampling seed whatever the batching
+    env: gymnasium.Env
+    task: Task
+    traj: Trajectory
+    context: list[int]
+    messages: list[dict[str, Any]]
+    reset_info: dict[str, Any]
+    started: float = field(default_factory=time.perf_counter)
+
+    def request(self) -> Request:
+        return Request(self.context, self.messages, self.task, len(self.traj.turns), self.reset_info, self.index)
+
+
+class EpisodeScheduler:
+    def __init__(self, make_env: Callable[[], gymnasium.Env], tasks: Iterable[Task], renderer: ChatRenderer, *,
+                 concurrency: int, env_id: str, max_context: int, max_tokens: int, barrier: bool = False):
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        self.make_env, self.renderer, self.env_id = make_env, renderer, env_id
+        self.concurrency, self.max_context, self.max_tokens, self.barrier = concurrency, max_context, max_tokens, barrier
+        self.waiting: deque[tuple[int, Task]] = deque(enumerate(tasks))
+        self.ready: deque[Episode] = deque()
+        self.busy = 0  # episodes generating or stepping
+        self.finished: deque[Trajectory] = deque()
+        self._idle_envs: list[gymnasium.Env] = []
+        self._live: dict[int, Episode] = {}
+
+    @property
+    def done(self) -> bool:
+        return not (self.waiting or self._live or self.finished)
+
+    @property
+    def running(self) -> int:
+        return len(self._live)
+
+    def admit(self) -> None:
+        """Reset envs for waiting tasks while there is room (between rounds only, under the barrier)."""
+        if self.barrier and self.busy:
+            return
+        while self.waiting and len(self._live) < self.concurrency:
+            index, task = self.waiting.popleft()
+            env = self._idle_envs.pop() if self._idle_envs else self.make_env()
+            try:
+                _, info = env.reset(options={"task": task})
+            except Exception as e:  # bad task data: record it, drop the env (its state is unknown), go on
+                with contextlib.suppress(Exception):
+                    env.close()
+                self.finished.append(Trajectory(task.id, self.env_id, [], error=f"reset failed: {type(e).__name__}: {e}",
+                                                stop_reason="error", group=task.id))
+                continue
+            ids = self.renderer.prompt_ids(info["messages"])
+            traj = Trajectory(task_id=task.id, env_id=self.env_id, prompt_ids=ids, group=task.id)
+            ep = Episode(index, env, task, traj, list(ids), list(info["messages"]), info)
+            self._live[index] = ep
+            self.ready.append(ep)
+
+    def take_ready(self) -> list[Episode]:
+        """The episodes whose next request may go now (all of a round at once under the barrier)."""
+        if self.barrier and self.busy:
+            return []
+        out = sorted(self.ready, key=lambda ep: ep.index)  # a batch's order never depends on step timing
+        self.ready.clear()
+        self.busy += len(out)
+        return out
+
+    def on_step(self, ep: Episode, gen: Generation, version: int, outcome: StepOutcome | BaseException) -> None:
+        """Record the turn `gen` made and what its env step returned; finish the episode or make it ready."""
+        self.busy -= 1
+        if isinstance(outcome, BaseException):  # the env itself failed (a dead env server): end this episode
+            turn = Turn(gen.ids, gen.logprobs, gen.text, policy_version=version, finish_reason=gen.finish_reason,
+                        error=f"env failed: {type(outcome).__name__}: {outcome}")
+            ep.traj.turns.append(turn)
+            ep.traj.stop_reason = "env_error"
+            ep.traj.meta["env_error"] = turn.error
+            with contextlib.suppress(Exception):
+                ep.env.close()
+            self._finish(ep, False, True, None, reuse_env=False)
+            return
+        o = outcome
+        turn = Turn(gen.ids, gen.logprobs, gen.text, tool_call=o.tool_call, error=o.error, reward=o.reward,
+                    info=o.info, policy_version=version, finish_reason=gen.finish_reason, read=o.read)
+        ep.traj.turns.append(turn)
+        ep.traj.reward += o.reward
+        if o.terminated or o.truncated:
+            if turn.read is not None:  # e.g. the budget ran out on this read: nobody saw the document
+                turn.read.shown = False
+            self._finish(ep, o.terminated, o.truncated, o.verdict)
+            return
+        turn.observation = "\n".join(m["content"] for m in o.messages)
+        turn.observation_ids = self.renderer.observation_ids(o.messages, gen.ids)
+        ep.messages = [*ep.messages, {"role": "assistant", "content": gen.text}, *o.messages]
+        ep.context = ep.context + gen.ids + turn.observation_ids
+        if len(ep.context) + self.max_tokens <= self.max_context:
+            self.ready.append(ep)
+            return
+        if turn.read is not None:  # the next turn never comes: the document was never seen
+            turn.read.shown = False
+        ep.traj.stop_reason = "context_limit"
+        self._finish(ep, False, True, None)
+
+    def pop_finished(self) -> list[Trajectory]:
+        out = list(self.finished)
+        self.finished.clear()
+        return out
+
+    def close(self) -> None:
+        """Close every env this run made (idle and, after an interruption, live)."""
+        for env in [*self._idle_envs, *(ep.env for ep in self._live.values())]:
+            with contextlib.suppress(Exception):
+                env.close()
+        self._idle_envs.clear()
+
+    def _finish(self, ep: Episode, terminated: bool, truncated: bool, verdict: dict[str, Any] | None,
+                reuse_env: bool = True) -> None:
+        ep.traj.terminated, ep.traj.truncated = terminated, truncated
+        ep.traj.stop_reason = ep.traj.stop_reason or ("final" if terminated else "budget")
+        ep.traj.verdict = verdict
+        ep.traj.meta["wall_s"] = round(time.perf_counter() - ep.started, 3)
+        del self._live[ep.index]
+        if reuse_env:
+            self._idle_envs.append(ep.env)
+        self.finished.append(ep.traj)

