@@ -106,6 +106,7 @@ bench: setup
 	$(PY) bench/env_server.py
 	$(PY) bench/train_step.py
 	$(PY) bench/update_memory.py
+	$(PY) bench/rollout_loop.py
 	$(PY) bench/swe.py --all
 	$(PY) bench/hf_logprobs.py
 

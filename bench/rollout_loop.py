@@ -108,8 +108,10 @@ def docread() -> list[str]:
     tasks = [t for t in load_tasks("hotpotqa:train", limit=2) for _ in range(8)]
     make = lambda: sleuth.make("DocRead-v0", harness="text")  # noqa: E731
     sampling = SamplingParams(max_tokens=48, temperature=1.0, seed=0)
-    hf = Timed(TransformersPolicy("smollm2", max_batch=16))
-    rows = [(f"transformers · {name}", measure(make, tasks, hf, sampling, 16, 0, ls)) for name, ls in ARMS]
+    rows = []
+    for name, ls in ARMS:  # a fresh policy per arm: both start from the same seeded random stream
+        hf = Timed(TransformersPolicy("smollm2", max_batch=16))
+        rows.append((f"transformers · {name}", measure(make, tasks, hf, sampling, 16, 0, ls)))
     if default_vllm_python() is not None:
         cfg = load_config(overrides={"rollout.engine": "vllm", "rollout.concurrency": 16})
         vllm = VLLMRollout(cfg, resolve_model("smollm2"), hf.inner.tokenizer.encode("Hello"))
