@@ -15,15 +15,15 @@ import gymnasium
 
 from sleuth.agents.chat import ChatRenderer
 from sleuth.agents.policy import Policy, SamplingParams
-from sleuth.agents.requests import RequestQueue, Sampled
-from sleuth.agents.scheduler import Episode, EpisodeScheduler, StepOutcome
+from sleuth.agents.requests import RequestQueue, Sampled, WeightsGate
+from sleuth.agents.scheduler import Episode, EpisodeScheduler, StepOutcome, TaskFeed
 from sleuth.agents.trajectory import Trajectory
 from sleuth.tasks.base import Task
 
 
 def run_episodes(
     make_env: Callable[[], gymnasium.Env],
-    tasks: Iterable[Task],
+    tasks: Iterable[Task] | TaskFeed,
     policy: Policy,
     sampling: SamplingParams | None = None,
     concurrency: int = 8,
@@ -31,6 +31,7 @@ def run_episodes(
     max_context: int | None = None,
     env_workers: int = 0,
     lockstep: bool = False,
+    gate: WeightsGate | None = None,
 ) -> Iterator[Trajectory]:
     """Yield one Trajectory per task, in completion order. A task whose env fails to reset yields a
     trajectory with `error` set, an env that fails mid-episode a truncated one with the reason (nothing is
@@ -38,12 +39,14 @@ def run_episodes(
     episode whose next turn would not fit. `env_workers` > 0 steps envs in that many threads, concurrently
     with generation: worth it when steps wait on something (env servers, sandboxes, SWE tests); in-process
     steps of microseconds are faster inline. `lockstep` releases requests in rounds (every episode waits
-    for the slowest of its round), the loop sleuth had before, kept for measurement."""
+    for the slowest of its round), the loop sleuth had before, kept for measurement. `gate`: a weight
+    update that holds it waits for the calls in flight and holds new ones back (async training).
+    `tasks` is read lazily, as slots free: it may be an endless stream."""
     sampling = sampling or SamplingParams()
     sched = EpisodeScheduler(make_env, tasks, ChatRenderer(policy.tokenizer), concurrency=concurrency, env_id=env_id,
                              max_context=max_context or policy.max_context or 1 << 30,
                              max_tokens=sampling.max_tokens, barrier=lockstep)
-    engine = RequestQueue(policy, sampling)
+    engine = RequestQueue(policy, sampling, gate)
     pool = ThreadPoolExecutor(env_workers, thread_name_prefix="sleuth-env") if env_workers > 0 else None
     inflight: dict[Future, tuple[Episode, Sampled | None]] = {}  # a generation (None) or an env step
     try:
@@ -54,6 +57,8 @@ def run_episodes(
             for ep, fut in zip(ready, engine.submit([ep.request() for ep in ready]), strict=True):
                 inflight[fut] = (ep, None)
             if not inflight:
+                if not sched.done and not sched.running:
+                    sched.feed.wait(0.1)  # a feed with nothing for now (nothing else can happen meanwhile)
                 continue
             wait(inflight, return_when=FIRST_COMPLETED)
             for fut in sorted(engine.done(inflight), key=lambda f: inflight[f][0].index):

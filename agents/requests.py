@@ -9,13 +9,56 @@ are plentiful, so the server's own continuous batching sees every live episode a
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from sleuth.agents.policy import Generation, Policy, Request, SamplingParams
+
+
+class WeightsGate:
+    """Generate calls hold it together, a weight update alone (writer first: a waiting update holds new calls
+    back), so weights never change during a call and every turn's version is the one that produced it."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._calls = 0
+        self._updating = False
+        self._waiting = 0  # updates waiting for the calls in flight to end
+
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not (self._updating or self._waiting))
+            self._calls += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._calls -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def update(self, timeout_s: float) -> Iterator[None]:
+        """Hold new calls back, wait up to `timeout_s` for those in flight; TimeoutError if they do not end."""
+        with self._cond:
+            self._waiting += 1
+            try:
+                if not self._cond.wait_for(lambda: not (self._calls or self._updating), timeout_s):
+                    raise TimeoutError(f"{self._calls} generate call(s) still running after {timeout_s:g} s")
+            finally:
+                self._waiting -= 1
+                self._cond.notify_all()
+            self._updating = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._updating = False
+                self._cond.notify_all()
 
 
 @dataclass
@@ -25,8 +68,8 @@ class Sampled:
 
 
 class RequestQueue:
-    def __init__(self, policy: Policy, sampling: SamplingParams):
-        self.policy, self.sampling = policy, sampling
+    def __init__(self, policy: Policy, sampling: SamplingParams, gate: WeightsGate | None = None):
+        self.policy, self.sampling, self.gate = policy, sampling, gate
         self.slots = max(1, int(policy.parallel_calls))
         self._pool = ThreadPoolExecutor(self.slots, thread_name_prefix="sleuth-engine")
         self._lock = threading.Lock()
@@ -51,8 +94,9 @@ class RequestQueue:
 
     def _run(self, batch: list[tuple[Request, Future[Sampled]]]) -> None:
         try:
-            version = self.policy.version
-            gens = self.policy.generate([r for r, _ in batch], self.sampling)
+            with self.gate.call() if self.gate else contextlib.nullcontext():
+                version = self.policy.version
+                gens = self.policy.generate([r for r, _ in batch], self.sampling)
             if len(gens) != len(batch):
                 raise RuntimeError(f"{self.policy.name} returned {len(gens)} generations for {len(batch)} requests")
         except BaseException as e:  # the call failed: every request in it fails the same way

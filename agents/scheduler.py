@@ -25,6 +25,22 @@ from sleuth.agents.trajectory import ReadEvent, Trajectory, Turn
 from sleuth.tasks.base import Task
 
 
+class TaskFeed:
+    """Where a run's tasks come from, polled as slots free. This one reads an iterable; a feed that may
+    have nothing for a while (tasks issued only as a trainer takes results) overrides `poll` and `wait`."""
+
+    def __init__(self, tasks: Iterable[Task] = ()):
+        self._it = iter(tasks)
+
+    def poll(self, n: int) -> list[Task] | None:
+        """Up to `n` tasks available now: [] if none yet, None once the feed has ended."""
+        out = [t for _, t in zip(range(n), self._it, strict=False)]
+        return out if out or n == 0 else None
+
+    def wait(self, timeout_s: float) -> None:
+        """Block until `poll` may have something (up to `timeout_s`)."""
+
+
 @dataclass
 class StepOutcome:
     """One env step as the loop uses it: the gymnasium 5-tuple with the keys of `info` the loop reads
@@ -66,13 +82,15 @@ class Episode:
 
 
 class EpisodeScheduler:
-    def __init__(self, make_env: Callable[[], gymnasium.Env], tasks: Iterable[Task], renderer: ChatRenderer, *,
+    def __init__(self, make_env: Callable[[], gymnasium.Env], tasks: Iterable[Task] | TaskFeed, renderer: ChatRenderer, *,
                  concurrency: int, env_id: str, max_context: int, max_tokens: int, barrier: bool = False):
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.make_env, self.renderer, self.env_id = make_env, renderer, env_id
         self.concurrency, self.max_context, self.max_tokens, self.barrier = concurrency, max_context, max_tokens, barrier
-        self.waiting: deque[tuple[int, Task]] = deque(enumerate(tasks))
+        self.feed = tasks if isinstance(tasks, TaskFeed) else TaskFeed(tasks)  # read lazily, as slots free
+        self._ended = False
+        self._admitted = 0
         self.ready: deque[Episode] = deque()
         self.busy = 0  # episodes generating or stepping
         self.finished: deque[Trajectory] = deque()
@@ -81,7 +99,7 @@ class EpisodeScheduler:
 
     @property
     def done(self) -> bool:
-        return not (self.waiting or self._live or self.finished)
+        return self._ended and not (self._live or self.finished)
 
     @property
     def running(self) -> int:
@@ -91,22 +109,31 @@ class EpisodeScheduler:
         """Reset envs for waiting tasks while there is room (between rounds only, under the barrier)."""
         if self.barrier and self.busy:
             return
-        while self.waiting and len(self._live) < self.concurrency:
-            index, task = self.waiting.popleft()
-            env = self._idle_envs.pop() if self._idle_envs else self.make_env()
-            try:
-                _, info = env.reset(options={"task": task})
-            except Exception as e:  # bad task data: record it, drop the env (its state is unknown), go on
-                with contextlib.suppress(Exception):
-                    env.close()
-                self.finished.append(Trajectory(task.id, self.env_id, [], error=f"reset failed: {type(e).__name__}: {e}",
-                                                stop_reason="error", group=task.id))
-                continue
-            ids = self.renderer.prompt_ids(info["messages"])
-            traj = Trajectory(task_id=task.id, env_id=self.env_id, prompt_ids=ids, group=task.id)
-            ep = Episode(index, env, task, traj, list(ids), list(info["messages"]), info)
-            self._live[index] = ep
-            self.ready.append(ep)
+        while not self._ended and len(self._live) < self.concurrency:
+            got = self.feed.poll(self.concurrency - len(self._live))
+            if got is None:
+                self._ended = True
+            for task in got or ():
+                self._admit(task)
+            if not got:
+                return
+
+    def _admit(self, task: Task) -> None:
+        index, self._admitted = self._admitted, self._admitted + 1
+        env = self._idle_envs.pop() if self._idle_envs else self.make_env()
+        try:
+            _, info = env.reset(options={"task": task})
+        except Exception as e:  # bad task data: record it, drop the env (its state is unknown), go on
+            with contextlib.suppress(Exception):
+                env.close()
+            self.finished.append(Trajectory(task.id, self.env_id, [], error=f"reset failed: {type(e).__name__}: {e}",
+                                            stop_reason="error", group=task.id))
+            return
+        ids = self.renderer.prompt_ids(info["messages"])
+        traj = Trajectory(task_id=task.id, env_id=self.env_id, prompt_ids=ids, group=task.id)
+        ep = Episode(index, env, task, traj, list(ids), list(info["messages"]), info)
+        self._live[index] = ep
+        self.ready.append(ep)
 
     def take_ready(self) -> list[Episode]:
         """The episodes whose next request may go now (all of a round at once under the barrier)."""

@@ -109,12 +109,12 @@ def test_zero_variance_drop_and_dynamic(tiny_model_dir, tmp_path):
 
     drop = Trainer(_cfg(tiny_model_dir, tmp_path / "drop", max_steps=1, **{"rollout.zero_variance": "drop"}),
                    progress=False)
-    kept, seen, zv = drop.collect(1)
+    kept, seen, zv, _ = drop.collect(1)
     assert kept == [] and len(seen) == 4 and zv["wrong"] == 2
     assert drop.updater.update(kept, []) == {"skipped": 1}
     dyn = Trainer(_cfg(tiny_model_dir, tmp_path / "dyn", max_steps=1,
                        **{"rollout.zero_variance": "dynamic", "rollout.dynamic_max_rounds": 2}), progress=False)
-    kept, seen, zv = dyn.collect(1)
+    kept, seen, zv, _ = dyn.collect(1)
     assert kept == [] and len(seen) == 8 and zv["wrong"] == 4
     assert dyn.sampler.cursor == 4  # two rounds of two tasks drawn
 

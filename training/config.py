@@ -40,6 +40,10 @@ class RolloutConfig:
     # (sandboxes, SWE tests, env or retrieval servers); 0 steps in-process envs inline, which is faster.
     env_workers: int = 0
     lockstep: bool = False  # release requests in rounds, as sleuth did before the continuous loop (measurement)
+    # Asynchronous training: rollouts go on while the trainer updates, at most `max_staleness` versions
+    # behind (0: the synchronous loop, sample then train). Staler groups are dropped and counted.
+    max_staleness: int = 0
+    sync_timeout_s: float = 600.0  # a weight sync waits this long for generate calls in flight, then fails
     zero_variance: str = "keep"  # keep | drop | dynamic (DAPO: sample more groups until the batch is full)
     dynamic_max_rounds: int = 3
     vllm_url: str | None = None  # the server's base URL; None starts one from `vllm_python`
@@ -54,7 +58,8 @@ class RolloutConfig:
         if self.group_size < 1 or self.tasks_per_step < 1:
             raise ValueError("rollout.group_size and rollout.tasks_per_step must be ≥ 1")
         for key, value, low in (("max_tokens", self.max_tokens, 1), ("concurrency", self.concurrency, 1),
-                                ("env_workers", self.env_workers, 0),
+                                ("env_workers", self.env_workers, 0), ("max_staleness", self.max_staleness, 0),
+                                ("sync_timeout_s", self.sync_timeout_s, 0),
                                 ("dynamic_max_rounds", self.dynamic_max_rounds, 1), ("temperature", self.temperature, 0)):
             if not value >= low:  # also refuses NaN
                 raise ValueError(f"rollout.{key} must be ≥ {low}, got {value}")
@@ -137,6 +142,16 @@ class TrainConfig:
             raise ValueError("loss.rollout_is corrects π_old (the recomputed trainer policy) towards π_rollout; with "
                              "update.old_logprobs: rollout they are the same policy: set old_logprobs: recompute "
                              "or rollout_is: none")
+        rc = self.rollout
+        if rc.max_staleness > 0:
+            if rc.zero_variance == "dynamic":
+                raise ValueError("rollout.max_staleness > 0 takes whole steps of groups from a stream; "
+                                 "zero_variance: dynamic (sampling more groups in the same step) needs max_staleness: 0")
+            if rc.lockstep:
+                raise ValueError("rollout.max_staleness > 0 runs the continuous loop; lockstep: true needs max_staleness: 0")
+            if self.loss.rollout_is == "none" and self.update.old_logprobs == "recompute":
+                raise ValueError("rollout.max_staleness > 0 trains on samples from older weights: correct them with "
+                                 "the behaviour logprobs, loss.rollout_is: tis | mis (or update.old_logprobs: rollout)")
 
 
 RECIPES = Path(__file__).resolve().parents[1] / "configs"

@@ -1,6 +1,7 @@
 """The trainer loop. Each step: rollouts from the agent loop (each rank runs its share of the step's
 task groups) → advantages from the configured estimator → one policy update on the DeepSpeed engine →
-weight sync to the rollout engine, verified → metrics, checkpoint."""
+weight sync to the rollout engine, verified → metrics, checkpoint. With `rollout.max_staleness` ≥ 1 the
+rollouts come from a `RolloutStream` that samples while the update runs (asynchronous training)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from sleuth.agents.requests import WeightsGate
 from sleuth.agents.trajectory import Trajectory
 from sleuth.training import checkpoint
+from sleuth.training.async_rollout import RolloutStream
 from sleuth.training.config import ConfigError, TrainConfig, to_dict
 from sleuth.training.engine import build_engine, device, full_state_dict, init_distributed, resolved_dtype
 from sleuth.training.metrics import MISMATCH_WARN, MetricsLogger, describe
+from sleuth.training.rollout import WeightSyncError
 from sleuth.training.sampler import TaskSampler
 from sleuth.training.update import PolicyUpdater, all_sum
 
@@ -91,6 +95,8 @@ class Trainer:
                 self.sampler.load(state["sampler"])
         self.rollout.sync(self.engine.module)  # verified, also at a fresh start: the engine must match
         self.rollout.policy.version = version
+        self.gate = WeightsGate()
+        self.stream = self._stream() if cfg.rollout.max_staleness > 0 else None
         self.logger = (MetricsLogger(self.out, self.step, cfg.tensorboard, cfg.wandb, _yaml_safe(to_dict(cfg)))
                        if self.rank == 0 else None)
         if self.rank == 0:
@@ -121,6 +127,8 @@ class Trainer:
             bar.close()
             if self.logger:
                 self.logger.close()
+            if self.stream is not None:
+                self.stream.close()
             self.rollout.close()
         return rows
 
@@ -133,7 +141,7 @@ class Trainer:
 
         step = self.step + 1
         t0 = time.perf_counter()
-        kept, seen, zero_var = self.collect(step)
+        kept, seen, zero_var, stream = self.collect(step)
         self._write_rollouts(step, seen)
         t1 = time.perf_counter()
         est = self.estimator(kept, self.tasks_by_id)
@@ -141,7 +149,7 @@ class Trainer:
         t2 = time.perf_counter()
         upd = self.updater.update(kept, advantages)
         t3 = time.perf_counter()
-        sync = self.rollout.sync(self.engine.module)
+        sync = self._sync()
         if self.estimator.refresh_due(step):  # e.g. the information-gain reader becomes a snapshot of the policy
             self.estimator.refresh(full_state_dict(self.engine.module))
         t4 = time.perf_counter()
@@ -155,13 +163,13 @@ class Trainer:
             "adv": upd.pop("mixed_adv", None) or (np.concatenate([np.asarray(a).reshape(-1) for a in advantages]).tolist()
                                                   if advantages else []),
             "groups": len(groups(seen)), "zero_var": dict(zero_var), "gen_tokens": sum(t.num_policy_tokens for t in seen),
-            **upd,
+            "stream": stream, **upd,
         }
         row = self._summarise(_gather(local), {"rollout": t1 - t0, "reward": t2 - t1, "update": t3 - t2,
                                                "sync": t4 - t3}, sync)
         if self.logger:
             self.logger.log(step, row)
-            if row.get("mismatch/mean", 0) > MISMATCH_WARN:
+            if row.get("mismatch/mean", 0) > MISMATCH_WARN and not self.cfg.rollout.max_staleness:  # stale by design
                 warnings.warn(f"step {step}: mean |Δlogp| between rollout engine and trainer is "
                               f"{row['mismatch/mean']:.4f} (> {MISMATCH_WARN}): the policy gradient is off-policy",
                               stacklevel=1)
@@ -174,19 +182,48 @@ class Trainer:
         path = d / f"step-{step:06d}.rank{self.rank}.jsonl"
         path.write_text("".join(t.to_json() + "\n" for t in trajs), encoding="utf-8")
 
+    def _sync(self) -> dict[str, float]:
+        """The verified weight sync; under a rollout stream it first waits for the generate calls in flight
+        (new ones wait for it), at most `rollout.sync_timeout_s`."""
+        try:
+            with self.gate.update(self.cfg.rollout.sync_timeout_s):
+                return self.rollout.sync(self.engine.module)
+        except TimeoutError as e:
+            raise WeightSyncError(f"weight sync timed out waiting for the rollout engine: {e} "
+                                  "(rollout.sync_timeout_s)") from None
+
     # -- rollouts -------------------------------------------------------------------------------------
-    def collect(self, step: int) -> tuple[list[Trajectory], list[Trajectory], Counter]:
+    def _stream(self) -> RolloutStream:
+        import sleuth
+        from sleuth.agents.policy import SamplingParams
+
+        rc, cfg = self.cfg.rollout, self.cfg
+        seed = (cfg.seed * 1_000_003 + self.rank) % (2**31)
+        sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
+        return RolloutStream(lambda: sleuth.make(cfg.env, **cfg.env_args),
+                             lambda: [self.tasks[i] for i in self.sampler.take(rc.tasks_per_step)[self.rank::self.world]],
+                             self.rollout.policy, sampling, group_size=rc.group_size, concurrency=rc.concurrency,
+                             max_staleness=rc.max_staleness, env_id=cfg.env, env_workers=rc.env_workers, gate=self.gate)
+
+    def collect(self, step: int) -> tuple[list[Trajectory], list[Trajectory], Counter, dict[str, Any] | None]:
         """This rank's trajectories for the update (zero-variance groups kept, dropped, or replaced by
-        more sampling as configured), all trajectories seen (for metrics), and the zero-variance counts."""
+        more sampling as configured), all trajectories seen (for metrics), the zero-variance counts, and
+        what the rollout stream reports (None without one)."""
         from sleuth.rewards.base import groups
 
         rc = self.cfg.rollout
         kept: list[Trajectory] = []
         seen: list[Trajectory] = []
         zero_var: Counter = Counter()
+        stream = None
         rounds = rc.dynamic_max_rounds if rc.zero_variance == "dynamic" else 1
         for round_ in range(rounds):
-            trajs = self._rollout_round(step, round_)
+            if self.stream is not None:
+                taken = self.stream.take(rc.tasks_per_step // self.world, self.rollout.policy.version)
+                trajs = taken.trajs
+                stream = {"dropped": taken.dropped, "staleness": taken.staleness, "partial": taken.partial}
+            else:
+                trajs = self._rollout_round(step, round_)
             seen += trajs
             for idx in groups(trajs).values():
                 rewards = [trajs[i].reward for i in idx]
@@ -197,7 +234,7 @@ class Trainer:
                 kept += [trajs[i] for i in idx]
             if rc.zero_variance != "dynamic" or all_sum(len(groups(kept))) >= rc.tasks_per_step:
                 break
-        return kept, seen, zero_var
+        return kept, seen, zero_var, stream
 
     def _rollout_round(self, step: int, round_: int) -> list[Trajectory]:
         import sleuth
@@ -264,6 +301,13 @@ class Trainer:
         row.update({f"time/{k}": v for k, v in times.items()})
         row.update(sync)
         row["policy_version"] = self.rollout.policy.version
+        streams = [p["stream"] for p in parts if p["stream"] is not None]
+        if streams:  # asynchronous training: what the staleness bound dropped, and how stale the rest was
+            ages = [a for s in streams for a in s["staleness"]]
+            row["async/dropped"] = sum(s["dropped"] for s in streams)
+            row["async/partial"] = sum(s["partial"] for s in streams)
+            row["async/staleness_mean"] = float(np.mean(ages)) if ages else float("nan")
+            row["async/staleness_max"] = max(ages, default=0)
         return row
 
 

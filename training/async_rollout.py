@@ -1,0 +1,132 @@
+"""Rollouts produced while the trainer updates: asynchronous training with bounded staleness.
+
+A producer thread runs the continuous agent loop over an endless feed of task groups; the trainer takes
+complete groups step by step. The feed issues a step's groups only while fewer than `max_staleness`
+steps' worth are issued and not yet taken: a step issued while the trainer updates (its version one
+behind) is taken `max_staleness` versions later at most. With 1, the next step samples while this one
+trains (one-step off-policy). An episode in flight across a weight update goes on with the new weights (a partial rollout):
+its turns carry the versions that produced them, and the loss uses each turn's own sampling logprobs
+(`Turn.action_logprobs`) for the behaviour-policy correction (`loss.rollout_is`). When a group is taken,
+its staleness is the current version minus the oldest version of any of its turns; a group staler than
+`max_staleness` is dropped whole (a GRPO group is trained only complete) and counted."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gymnasium
+
+from sleuth.agents.loop import run_episodes
+from sleuth.agents.policy import Policy, SamplingParams
+from sleuth.agents.requests import WeightsGate
+from sleuth.agents.scheduler import TaskFeed
+from sleuth.agents.trajectory import Trajectory
+from sleuth.tasks.base import Task
+
+
+@dataclass
+class Taken:
+    trajs: list[Trajectory]  # the kept groups' trajectories, group after group
+    dropped: int  # trajectories of groups dropped as staler than the bound
+    staleness: list[int]  # per kept trajectory: current version − the oldest version among its turns
+    partial: int  # kept trajectories whose turns came from more than one version
+
+
+def staleness(traj: Trajectory, version: int) -> int:
+    return version - min((t.policy_version for t in traj.turns), default=version)
+
+
+class _GroupFeed(TaskFeed):
+    """Issues each step's tasks `group_size` times, while at most `ahead` steps are issued and not taken."""
+
+    def __init__(self, stream: RolloutStream):
+        self.s = stream
+        self._pending: deque[Task] = deque()  # tasks of the step being issued
+
+    def poll(self, n: int) -> list[Task] | None:
+        s = self.s
+        with s.cond:
+            if s.stopped:
+                return None
+            if not self._pending and s.issued_steps - s.taken_steps < s.ahead:
+                for task in s.next_tasks():
+                    s.open.setdefault(task.id, deque()).append([])
+                    self._pending.extend([task] * s.group_size)
+                s.issued_steps += 1
+            return [self._pending.popleft() for _ in range(min(n, len(self._pending)))]
+
+    def wait(self, timeout_s: float) -> None:
+        with self.s.cond:
+            self.s.cond.wait(timeout_s)
+
+
+class RolloutStream:
+    def __init__(self, make_env: Callable[[], gymnasium.Env], next_tasks: Callable[[], list[Task]], policy: Policy,
+                 sampling: SamplingParams, *, group_size: int, concurrency: int, max_staleness: int, env_id: str = "",
+                 env_workers: int = 0, gate: WeightsGate | None = None):
+        if max_staleness < 1:
+            raise ValueError(f"a rollout stream needs max_staleness ≥ 1 (0 is the synchronous loop), got {max_staleness}")
+        self.next_tasks, self.group_size, self.max_staleness = next_tasks, group_size, max_staleness
+        self.ahead = max_staleness
+        self.cond = threading.Condition()
+        self.open: dict[str, deque[list[Trajectory]]] = {}  # per task id, its groups being filled, oldest first
+        self.ready: deque[list[Trajectory]] = deque()
+        self.issued_steps, self.taken_steps, self.stopped, self._serial = 0, 0, False, 0
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._produce, name="sleuth-rollout-stream", daemon=True, args=(
+            make_env, policy, sampling, concurrency, env_id, env_workers, gate))
+        self._thread.start()
+
+    def _produce(self, make_env, policy, sampling, concurrency, env_id, env_workers, gate) -> None:
+        try:
+            for traj in run_episodes(make_env, _GroupFeed(self), policy, sampling, concurrency, env_id,
+                                     env_workers=env_workers, gate=gate):
+                with self.cond:
+                    groups = self.open[traj.task_id]
+                    groups[0].append(traj)  # members of a task's groups are alike: the oldest open group fills first
+                    if len(groups[0]) == self.group_size:
+                        group = groups.popleft()
+                        for t in group:  # one label per group: the estimators group by it
+                            t.group = f"{t.task_id}#{self._serial}"
+                        self._serial += 1
+                        self.ready.append(group)
+                        self.cond.notify_all()
+        except BaseException as e:  # handed to the trainer at its next take
+            with self.cond:
+                self.error = e
+                self.cond.notify_all()
+
+    def take(self, n_groups: int, version: int, timeout_s: float = 3600.0) -> Taken:
+        """`n_groups` complete groups (waiting for them), those within the staleness bound of `version`
+        kept; one step's worth taken, which lets the feed issue the next."""
+        kept: list[Trajectory] = []
+        stale: list[int] = []
+        dropped = partial = got = 0
+        with self.cond:
+            while got < n_groups:
+                if not self.cond.wait_for(lambda: self.ready or self.error, timeout_s):
+                    raise TimeoutError(f"no complete rollout group within {timeout_s:g} s")
+                if self.error is not None:
+                    raise RuntimeError(f"the rollout stream failed: {type(self.error).__name__}: {self.error}") from self.error
+                group = self.ready.popleft()
+                got += 1
+                ages = [staleness(t, version) for t in group]
+                if max(ages) > self.max_staleness:
+                    dropped += len(group)
+                    continue
+                kept += group
+                stale += ages
+                partial += sum(len({turn.policy_version for turn in t.turns}) > 1 for t in group)
+            self.taken_steps += 1
+            self.cond.notify_all()
+        return Taken(kept, dropped, stale, partial)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop issuing tasks; the episodes in flight end on their own (the thread is a daemon)."""
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+        self._thread.join(timeout_s)
