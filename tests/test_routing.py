@@ -1,0 +1,77 @@
+"""Several servers behind one policy: a task sticks to its server (prefix-cache hits for its group and
+its turns), new tasks go to the least-loaded server, answers come back in request order."""
+
+import threading
+
+import pytest
+
+from sleuth.agents.policy import Generation, Request, SamplingParams
+from sleuth.agents.routing import RoutedPolicy
+from sleuth.tasks import Task
+
+
+class Server:
+    """Answers with its own number; `hold` blocks its calls until released (requests stay outstanding)."""
+
+    tokenizer, version, parallel_calls = None, 0, 8
+
+    def __init__(self, number, max_context=None, fail=False):
+        self.number, self.max_context, self.fail, self.name = number, max_context, fail, f"s{number}"
+        self.seen, self.hold, self.closed = [], threading.Event(), False
+        self.hold.set()
+
+    def generate(self, requests, sampling):
+        self.seen += [r.task.id if r.task else None for r in requests]
+        self.hold.wait(5)
+        if self.fail:
+            raise ConnectionError(f"{self.name} is down")
+        return [Generation([self.number], [0.0], str(self.number)) for _ in requests]
+
+    def close(self):
+        self.closed = True
+
+
+def req(task_id, turn=0):
+    return Request([1, 2], [], Task(id=task_id, question="q") if task_id else None, turn)
+
+
+def test_a_task_sticks_to_its_server_and_answers_keep_their_order():
+    a, b = Server(0), Server(1)
+    p = RoutedPolicy([a, b])
+    first = p.generate([req("x"), req("y"), req("x"), req("z")], SamplingParams())
+    home = {t: p.home[t] for t in "xyz"}
+    assert home["x"] != home["y"]  # the second new task went to the less loaded server
+    assert [g.ids[0] for g in first] == [home["x"], home["y"], home["x"], home["z"]]
+    later = p.generate([req("y", 1), req("x", 1), req("x", 2)], SamplingParams())  # later turns: same servers
+    assert [g.ids[0] for g in later] == [home["y"], home["x"], home["x"]]
+    assert p.outstanding == [0, 0] and p.parallel_calls == 16
+    p.close()
+    assert a.closed and b.closed
+
+
+def test_new_tasks_go_to_the_server_with_fewest_outstanding_requests():
+    a, b = Server(0), Server(1)
+    p = RoutedPolicy([a, b])
+    a.hold.clear()  # server 0 keeps three requests outstanding
+    busy = threading.Thread(target=p.generate, args=([req("t1"), req("t2"), req("t3")], SamplingParams()))
+    p.home.update({"t1": 0, "t2": 0, "t3": 0})
+    busy.start()
+    while p.outstanding[0] < 3:
+        pass
+    assert [g.ids[0] for g in p.generate([req("new1"), req("new2")], SamplingParams())] == [1, 1]
+    a.hold.set()
+    busy.join(5)
+    assert p.generate([req(None)], SamplingParams())[0].ids == [0]  # no task: the least loaded now (a tie: first)
+
+
+def test_a_failed_server_fails_the_call_and_frees_its_count():
+    p = RoutedPolicy([Server(0, fail=True), Server(1, max_context=512)])
+    assert p.max_context == 512
+    with pytest.raises(ConnectionError, match="s0 is down"):
+        p.generate([req("a"), req("b")], SamplingParams())
+    assert p.outstanding == [0, 0]
+
+
+def test_no_servers_is_an_error():
+    with pytest.raises(ValueError, match="at least one server"):
+        RoutedPolicy([])
