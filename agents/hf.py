@@ -43,7 +43,7 @@ class _SampledLogprobs(LogitsProcessor):
 
 class TransformersPolicy:
     def __init__(self, model: str = "smollm2", device: str | None = None, dtype: torch.dtype | None = None,
-                 max_batch: int = 8):
+                 max_batch: int = 8, share_prefill: bool = True):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         path = resolve_model(model)
@@ -54,6 +54,9 @@ class TransformersPolicy:
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
         self.max_batch = max_batch
+        # A GRPO group's members start from the same prompt: prefill it once and copy its KV cache to each
+        # member (the prefill is most of a DocRead turn's cost: ~1,000 prompt tokens for 48 generated).
+        self.share_prefill = share_prefill
         self.parallel_calls = 1  # one model, one call at a time: ready requests are batched into the next call
         eos = self.tokenizer.eos_token_id
         self.stop_ids = [eos] if isinstance(eos, int) else list(eos)
@@ -84,6 +87,10 @@ class TransformersPolicy:
             max_new_tokens=sampling.max_tokens, do_sample=not greedy, eos_token_id=self.stop_ids,
             pad_token_id=self.pad_id, logits_processor=LogitsProcessorList([recorder]),
         )
+        if self.share_prefill:
+            cache = self._shared_prefill(prompts, ids, mask)
+            if cache is not None:
+                kwargs["cache"] = cache
         if not greedy:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
         sequences = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
@@ -98,3 +105,25 @@ class TransformersPolicy:
             gens.append(Generation(ids=toks, logprobs=lps[row, :len(toks)].tolist(),
                                    text=self.tokenizer.decode(toks, skip_special_tokens=True), finish_reason=finish))
         return gens
+
+    def _shared_prefill(self, prompts: list[list[int]], ids: torch.Tensor, mask: torch.Tensor) -> Any:
+        """A KV cache of every row but its last token, computed once per distinct prompt and copied to the
+        rows that share it (generate then prefills only the last token); None when no prompt repeats. The
+        positions are generate's own for left padding (cumsum of the mask), so the cache is the one
+        generate would have built."""
+        from transformers import DynamicCache
+
+        first: dict[tuple[int, ...], int] = {}
+        rows = [first.setdefault(tuple(p), i) for i, p in enumerate(prompts)]
+        distinct = sorted(set(rows))
+        if len(distinct) == len(prompts) or ids.shape[1] < 2:
+            return None
+        u_ids, u_mask = ids[distinct, :-1].to(self.device), mask[distinct, :-1].to(self.device)
+        positions = (u_mask.cumsum(-1) - 1).masked_fill(u_mask == 0, 0)
+        cache = DynamicCache(config=self.model.config)
+        self.model(input_ids=u_ids, attention_mask=u_mask, position_ids=positions, cache=cache, use_cache=True,
+                   logits_to_keep=1)
+        where = {r: k for k, r in enumerate(distinct)}
+        cache.batch_select_indices(torch.tensor([where[r] for r in rows], device=self.device))
+        return cache
+

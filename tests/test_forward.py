@@ -34,8 +34,8 @@ def test_scored_forward_matches_the_full_logits_and_their_gradients(tiny_model_d
     fwd = ScoredForward(model, model, temperature=0.7)
 
     scored = fwd(ids, attn, mask)
+    lp, ent = scored.logprobs(ids, mask, with_entropy=True)
     assert fwd.selective and seen[-1] == (int(mask[:, 1:].sum()), model.config.hidden_size)  # 9 rows, not 24
-    lp, ent = scored_logprobs(scored.logits, ids, mask, with_entropy=True)
     (lp.sum() + ent.sum()).backward()
     g_scored = _grads(model)
     model.zero_grad()
@@ -211,3 +211,47 @@ def test_a_model_that_attends_across_packed_sequences_runs_padded(tiny_model_dir
     lp = scored_logprobs(fwd(ids, attn, mask).logits, ids, mask)[0]
     ref = scored_logprobs(ScoredForward(model, model)(ids, attn, mask).logits, ids, mask)[0]
     assert torch.allclose(lp, ref, atol=1e-6)
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 1024])
+def test_chunked_logprobs_give_the_same_numbers_and_gradients_and_recompute_the_head(tiny_model_dir, chunk):
+    """`Scored.logprobs` applies the head `chunk` positions at a time; with several chunks each chunk's head
+    and log-softmax run again in backward (checkpointed), and logprobs, entropies and gradients are those of
+    the whole (n, V) logits at once (temperature 0.7)."""
+    from transformers import AutoModelForCausalLM
+
+    from sleuth.training.forward import ScoredForward
+    from sleuth.training.losses import scored_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ids, attn, mask = _batch(model.config.vocab_size)
+    n = int(mask[:, 1:].sum())  # 9 scored positions
+    calls = []
+    # the scored positions' head calls take (rows, H); the model's own (B, 1, H) call with logits_to_keep=1 is not one
+    def count(module, inputs, output):
+        if inputs[0].dim() == 2:
+            calls.append(inputs[0].shape[0])
+
+    model.get_output_embeddings().register_forward_hook(count)
+    fwd = ScoredForward(model, model, temperature=0.7, chunk=chunk)
+
+    scored = fwd(ids, attn, mask)
+    whole_lp, whole_ent = scored_logprobs(scored.logits, ids, mask, with_entropy=True)
+    (whole_lp.sum() + 0.3 * whole_ent.sum()).backward()
+    g_whole = _grads(model)
+    model.zero_grad()
+    calls.clear()
+
+    scored = fwd(ids, attn, mask)
+    lp, ent = scored.logprobs(ids, mask, with_entropy=True)
+    (lp.sum() + 0.3 * ent.sum()).backward()
+    chunks = -(-n // chunk)
+    # forward: one head call per chunk; backward: each again when there are several (recomputed, not kept)
+    assert calls == ([min(chunk, n - i) for i in range(0, n, chunk)] * (2 if chunks > 1 else 1))
+    assert torch.allclose(lp, whole_lp.detach(), atol=1e-5) and torch.allclose(ent, whole_ent.detach(), atol=1e-5)
+    g = _grads(model)  # fp32 matmuls of other shapes round apart (~1e-6 of the norm); a lost term would be O(1)
+    assert float((g - g_whole).norm() / g_whole.norm()) < 1e-5
+    with torch.no_grad():  # no gradients: nothing to recompute
+        calls.clear()
+        fwd(ids, attn, mask).logprobs(ids, mask)
+        assert len(calls) == chunks

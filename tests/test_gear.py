@@ -73,7 +73,7 @@ def test_mixing_starts_uniform_and_distillation_is_zero_for_identical_teacher(ti
     ids = torch.randint(0, 500, (2, 5))
     mask = torch.ones(2, 5)
     logits = model(input_ids=ids).logits[:, :-1][mask[:, 1:].bool()]
-    terms = mix.terms(Scored(logits, hidden), adv_k, ids, torch.ones_like(ids), mask)
+    terms = mix.terms(Scored(hidden, 1.0, model.get_output_embeddings(), full=logits), adv_k, ids, torch.ones_like(ids), mask)
     assert torch.allclose(terms.weights, torch.full_like(terms.weights, 1 / 3))  # uniform at initialisation
     assert torch.allclose(terms.advantage, adv_k.mean(-1)) and not terms.advantage.requires_grad
     # the teacher is the student (KL = 0): what is left is the head's −λ·H(w) at uniform weights
@@ -112,7 +112,7 @@ def test_mixing_head_does_not_learn_to_maximise_the_advantage(tiny_model_dir):
     adv_k = adv_k - adv_k[mask.bool()].mean(0)  # each granularity has zero mean over the policy tokens
     means = []
     for _ in range(300):
-        terms = mix.terms(Scored(logits, hidden), adv_k, ids, torch.ones_like(ids), mask)
+        terms = mix.terms(Scored(hidden, 1.0, model.get_output_embeddings(), full=logits), adv_k, ids, torch.ones_like(ids), mask)
         logp, _ = scored_logprobs(logits, ids, mask)
         loss, _ = policy_loss(LossConfig(), logp, logp.detach(), terms.advantage, mask)
         (loss.total + aggregate(terms.per_token, mask, "token_mean", 1)).backward()

@@ -81,6 +81,9 @@ class UpdateConfig:
     # (attention confined to each sequence), the losses see the padded path's numbers. Measured on one
     # update of SmolLM2 (2 CPU cores, 8 DocRead trajectories): 0.82× the padded time, 0.96× its peak memory.
     packing: bool = True
+    # The LM head and log-softmax run this many scored positions at a time, each chunk recomputed in the
+    # backward pass when there are several: the (n, V) fp32 logits of a long completion are never all kept.
+    logit_chunk: int = 1024
     # PPO's inner loop (verl's ppo_epochs / ppo_mini_batch_size): the step's trajectories are split into
     # `mini_batches` parts, one optimizer step each, and the pass is repeated `epochs` times.
     epochs: int = 1
@@ -98,6 +101,8 @@ class UpdateConfig:
             raise ValueError(f"update.epochs and update.mini_batches must be ≥ 1, got {self.epochs}, {self.mini_batches}")
         if self.micro_batch_tokens < 1:
             raise ValueError(f"update.micro_batch_tokens must be ≥ 1, got {self.micro_batch_tokens}")
+        if self.logit_chunk < 1:
+            raise ValueError(f"update.logit_chunk must be ≥ 1, got {self.logit_chunk}")
 
 
 @dataclass

@@ -4,7 +4,8 @@ A causal LM's forward materialises (B, L, V) logits; the loss reads the n ≪ B�
 policy token (the loss mask). On a multi-turn DocRead batch most positions are documents and prompts, and
 with SmolLM2's 49k vocabulary the head is a fifth of the forward FLOPs and the largest activation. So the
 model runs with `logits_to_keep=1` (transformers' own switch: the head on the last position only) and the
-head is applied to the selected last hidden states: (n, H) → (n, V), then divided by the temperature.
+head is applied to the selected last hidden states: (n, H) → (n, V), then divided by the temperature, a
+chunk of positions at a time (`Scored.logprobs`; chunks recomputed in backward where there are several).
 
 Models whose forward does more than `lm_head(last hidden state)` (logit soft-capping, scaling) would give
 other numbers; the first call compares both paths on a short input and keeps the full-logits path where
@@ -29,13 +30,32 @@ from typing import Any
 
 import torch
 
+from sleuth.training.losses import chunked_logprobs, scored_logprobs
 from sleuth.training.packing import use_segment_attention
 
 
 @dataclass
 class Scored:
-    logits: torch.Tensor  # (n, V): logits / temperature at the n positions that predict a masked token
+    """What the losses read at the n positions that predict a masked token: log-probabilities and entropies
+    (`logprobs`, the head applied `chunk` positions at a time), or the (n, V) `logits` / temperature."""
+
     hidden: torch.Tensor  # (B, L, H): the last hidden state (what a mixing head reads)
+    temperature: float
+    head: Callable[[torch.Tensor], torch.Tensor]
+    selected: torch.Tensor | None = None  # (n, H): the last hidden states there, where logits = head(them)
+    full: torch.Tensor | None = None  # (n, V): the model's own logits there, where they are not head(hidden)
+    chunk: int = 1024
+
+    @property
+    def logits(self) -> torch.Tensor:
+        return (self.head(self.selected) if self.full is None else self.full) / self.temperature
+
+    def logprobs(self, input_ids: torch.Tensor, mask: torch.Tensor,
+                 with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, L) log-probability (and entropy) of each masked token, 0 off the mask."""
+        if self.full is not None:
+            return scored_logprobs(self.logits, input_ids, mask, with_entropy)
+        return chunked_logprobs(self.selected, self.head, self.temperature, input_ids, mask, with_entropy, self.chunk)
 
 
 def causal_lm(module: torch.nn.Module) -> torch.nn.Module:
@@ -50,8 +70,10 @@ class ScoredForward:
     the module it wraps; `attention` marks real tokens of right-padded rows."""
 
     def __init__(self, model: Callable[..., Any], module: torch.nn.Module, temperature: float = 1.0,
-                 packed: bool = False):
-        self.model, self.temperature, self.packed = model, temperature, packed
+                 packed: bool = False, chunk: int = 1024):
+        if chunk < 1:
+            raise ValueError(f"the logit chunk must be ≥ 1 position, got {chunk}")
+        self.model, self.temperature, self.packed, self.chunk = model, temperature, packed, chunk
         self.head = causal_lm(module).get_output_embeddings()
         if packed:  # one causal SDPA call per packed sequence instead of a masked one over the whole row
             use_segment_attention(causal_lm(module))
@@ -62,16 +84,13 @@ class ScoredForward:
         sel = mask[:, 1:].bool()
         if self.uses_packing() and len(input_ids) > 1:
             hidden = self._packed_hidden(input_ids, attention_mask)
-            logits = self.head(hidden[:, :-1][sel])
         elif self.head_is_the_logits():
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                             logits_to_keep=1)
-            hidden = out.hidden_states[-1]
-            logits = self.head(hidden[:, :-1][sel])
+            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                                logits_to_keep=1).hidden_states[-1]
         else:
             out = self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
-            hidden, logits = out.hidden_states[-1], out.logits[:, :-1][sel]
-        return Scored(logits / self.temperature, hidden)
+            return Scored(out.hidden_states[-1], self.temperature, self.head, full=out.logits[:, :-1][sel])
+        return Scored(hidden, self.temperature, self.head, selected=hidden[:, :-1][sel], chunk=self.chunk)
 
     def uses_packing(self) -> bool:
         """Whether micro-batches run packed: asked for, the head is the model's logits and the model confines

@@ -14,10 +14,12 @@ that sampled the tokens; its logprobs correct the rollout–training mismatch th
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 LOG_RATIO_CLAMP = 20.0  # |log ratio| is clamped before exp: e^20 ≈ 5e8 is already far outside any clip range
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
@@ -90,6 +92,40 @@ def scored_logprobs(scored: torch.Tensor, input_ids: torch.Tensor, mask: torch.T
         ent = torch.zeros_like(out)
         ent[:, 1:][sel] = -(logsm.exp() * logsm).sum(-1)
     return out, ent
+
+
+def chunked_logprobs(hidden: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor], temperature: float,
+                     input_ids: torch.Tensor, mask: torch.Tensor, with_entropy: bool = False,
+                     chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`scored_logprobs` of head(`hidden`) / temperature, `chunk` positions at a time. `hidden` (n, H) holds
+    the last hidden states of the scored positions (order as in `scored_logprobs`). Where more than one
+    chunk needs gradients, each chunk's head, log-softmax and entropy are recomputed in the backward pass
+    instead of kept (non-reentrant activation checkpointing): the memory of the (n, V) fp32 logits, their
+    log-softmax and its exponential becomes one chunk's, at the cost of a second head matmul per chunk."""
+    sel = mask[:, 1:].bool()
+    targets = input_ids[:, 1:][sel]
+
+    def part(h: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logsm = torch.log_softmax((head(h) / temperature).float(), dim=-1)
+        lp = logsm.gather(-1, t.unsqueeze(-1)).squeeze(-1)
+        ent = -(logsm.exp() * logsm).sum(-1) if with_entropy else lp.new_zeros(lp.shape)
+        return lp, ent
+
+    n = hidden.shape[0]
+    recompute = torch.is_grad_enabled() and hidden.requires_grad and n > chunk
+    lps, ents = [], []
+    for i in range(0, max(n, 1), chunk):
+        args = (hidden[i:i + chunk], targets[i:i + chunk])
+        lp, ent = checkpoint(part, *args, use_reentrant=False) if recompute else part(*args)
+        lps.append(lp)
+        ents.append(ent)
+    out = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device)
+    out[:, 1:][sel] = torch.cat(lps)
+    if not with_entropy:
+        return out, None
+    ent_out = torch.zeros_like(out)
+    ent_out[:, 1:][sel] = torch.cat(ents)
+    return out, ent_out
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:

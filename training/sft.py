@@ -25,7 +25,6 @@ from sleuth.training.batch import micro_batches
 from sleuth.training.config import CheckpointConfig, ConfigError, to_dict
 from sleuth.training.engine import EngineConfig, build_engine, device, init_distributed, resolved_dtype
 from sleuth.training.forward import ScoredForward
-from sleuth.training.losses import scored_logprobs
 from sleuth.training.metrics import MetricsLogger, WandbConfig
 from sleuth.training.sft_data import (
     SOURCES,
@@ -218,7 +217,7 @@ class SFTTrainer:
             else:  # keeps this rank in step with the others' collectives
                 ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=dev)
                 attn, mask = torch.ones_like(ids), torch.zeros((1, 2), device=dev)
-            logp, _ = scored_logprobs(self.forward(ids, attn, mask).logits, ids, mask)
+            logp, _ = self.forward(ids, attn, mask).logprobs(ids, mask)
             num = nll_numerator(logp, mask)
             self.engine.backward(num * scale, scale_wrt_gas=False)
             nll += float(num.detach())

@@ -30,7 +30,6 @@ from sleuth.training.losses import (
     denominator,
     importance_weights,
     policy_loss,
-    scored_logprobs,
 )
 from sleuth.training.mixing import Mixing
 
@@ -54,7 +53,7 @@ class PolicyUpdater:
     def __init__(self, engine: Any, loss: LossConfig, pad_id: int, micro_batch_tokens: int,
                  ref: torch.nn.Module | None = None, temperature: float = 1.0, mixing: Mixing | None = None,
                  epochs: int = 1, mini_batches: int = 1, old_logprobs: str = "recompute", seed: int = 0,
-                 packing: bool = True):
+                 packing: bool = True, logit_chunk: int = 1024):
         if old_logprobs not in ("recompute", "rollout"):
             raise ValueError(f"old_logprobs must be recompute or rollout; got {old_logprobs!r}")
         if epochs < 1 or mini_batches < 1:
@@ -64,8 +63,9 @@ class PolicyUpdater:
         self.engine, self.loss, self.pad_id, self.micro_batch_tokens, self.ref = engine, loss, pad_id, micro_batch_tokens, ref
         # The policy being optimised is the sampling distribution softmax(logits / T), as in the rollouts.
         self.temperature = temperature if temperature > 0 else 1.0
-        self.policy = ScoredForward(engine, engine.module, self.temperature, packed=packing)
-        self.ref_forward = ScoredForward(ref, ref, self.temperature, packed=packing) if ref is not None else None
+        self.policy = ScoredForward(engine, engine.module, self.temperature, packed=packing, chunk=logit_chunk)
+        self.ref_forward = (ScoredForward(ref, ref, self.temperature, packed=packing, chunk=logit_chunk)
+                            if ref is not None else None)
         self.mixing = mixing  # GEAR's learned mixing of advantage granularities + EMA self-distillation
         self.epochs, self.mini_batches, self.old_mode = epochs, mini_batches, old_logprobs
         self.seed, self.calls = seed, 0
@@ -115,7 +115,7 @@ class PolicyUpdater:
         for i in range(int(all_max(len(batches)))):
             b = (batches[i] if i < len(batches) else _empty_like(batches[0] if batches else None, self.pad_id)).to(dev)
             scored = self.policy(b.input_ids, b.attention_mask, b.loss_mask)
-            lp = scored_logprobs(scored.logits, b.input_ids, b.loss_mask)[0].cpu()
+            lp = scored.logprobs(b.input_ids, b.loss_mask)[0].cpu()
             for row, j in enumerate(b.index):
                 out[j] = lp[row, :len(trajs[j].token_ids())]
         return out  # type: ignore[return-value]
@@ -155,7 +155,7 @@ class PolicyUpdater:
             b = (batches[i] if real else _empty_like(batches[0] if batches else None, self.pad_id)).to(dev)
             iw = weights[i] if real else None
             scored = self.policy(b.input_ids, b.attention_mask, b.loss_mask)
-            logp, ent = scored_logprobs(scored.logits, b.input_ids, b.loss_mask, with_entropy=True)
+            logp, ent = scored.logprobs(b.input_ids, b.loss_mask, with_entropy=True)
             ref = self._ref_logprobs(b) if self.ref_forward is not None else None
             old_logp = b.old_logprobs if old is not None or self.old_mode == "rollout" else logp.detach()
             adv, extra = b.advantages, None
@@ -195,7 +195,7 @@ class PolicyUpdater:
     @torch.no_grad()
     def _ref_logprobs(self, b: Batch) -> torch.Tensor:
         scored = self.ref_forward(b.input_ids, b.attention_mask, b.loss_mask)
-        return scored_logprobs(scored.logits, b.input_ids, b.loss_mask)[0]
+        return scored.logprobs(b.input_ids, b.loss_mask)[0]
 
 
 def _empty_like(b: Batch | None, pad_id: int) -> Batch:

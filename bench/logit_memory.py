@@ -1,0 +1,115 @@
+"""Peak memory and time of one policy update when most positions are scored (long single-turn completions,
+as in code or SWE patches): the LM head and log-softmax over all n scored positions at once vs
+`update.logit_chunk` positions at a time (each chunk recomputed in backward).
+
+The batch: 4 trajectories of SmolLM2-tokenised real text, a HotpotQA question as the prompt and its
+context paragraphs as a 1,000-token "completion" (all of it scored), one packed micro-batch of ~4,100
+tokens. Each arm runs in a fresh process (peak RSS is per process), alternating, medians of the repeats,
+an update timed after a warm-up update at lr 1e-9. Reports s/update, peak RSS and the loss and
+gradient-norm differences (rounding only).
+
+Run: `.venv/bin/python bench/logit_memory.py [--repeats 2] [--completion 1000]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import publish
+
+ARMS = {"whole (n at once)": 1 << 30, "chunks of 1024": 1024}
+
+
+def batch(completion: int) -> list:
+    from sleuth.agents.policy import load_tokenizer
+    from sleuth.agents.trajectory import Trajectory, Turn
+    from sleuth.tasks import load_tasks
+
+    tok = load_tokenizer()
+    out = []
+    for task in load_tasks("hotpotqa:train", limit=4):
+        text = " ".join(d["text"] for d in task.payload["docs"])
+        ids = tok.encode(text, add_special_tokens=False)[:completion]
+        prompt = tok.encode(task.question, add_special_tokens=False)
+        out.append(Trajectory(task.id, "text", prompt, turns=[Turn(ids, [0.0] * len(ids), "")]))
+    return out
+
+
+def worker(chunk: int, path: Path) -> dict:
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from sleuth.agents.evaluate import load_trajectories
+    from sleuth.agents.models import resolve_model
+    from sleuth.training.engine import EngineConfig, build_engine, init_distributed
+    from sleuth.training.losses import LossConfig
+    from sleuth.training.update import PolicyUpdater
+
+    init_distributed()
+    trajs = load_trajectories(path)
+    advs = [np.full(t.num_policy_tokens, 1.0 if i % 2 else -1.0) for i, t in enumerate(trajs)]
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(resolve_model("smollm2"), dtype=torch.float32)
+    model.config.use_cache = False
+    engine = build_engine(model, EngineConfig(zero_stage=2, lr=1e-9))
+    upd = PolicyUpdater(engine, LossConfig(entropy_coef=0.01), 0, 8192, temperature=0.8, logit_chunk=chunk)
+    loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    upd.update(trajs, advs)  # warm-up
+    t = time.perf_counter()
+    stats = upd.update(trajs, advs)
+    return {"s": time.perf_counter() - t, "loss": stats["loss/policy"] + stats["loss/entropy"],
+            "grad_norm": stats["grad_norm"], "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "loaded_rss_mb": loaded, "scored": sum(t.num_policy_tokens for t in trajs),
+            "tokens": sum(len(t.token_ids()) for t in trajs)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--completion", type=int, default=1000)
+    ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.batch)))
+        return
+    if args.repeats < 1 or args.completion < 1:
+        ap.error("--repeats and --completion must be ≥ 1")
+    path = Path(tempfile.mkdtemp()) / "batch.jsonl"
+    path.write_text("".join(t.to_json() + "\n" for t in batch(args.completion)))
+    runs: dict[str, list[dict]] = {a: [] for a in ARMS}
+    names = list(ARMS)
+    for r in range(args.repeats):
+        for arm in names if r % 2 == 0 else names[::-1]:  # alternating: the machine's drift hits both arms
+            out = subprocess.run([sys.executable, __file__, "--worker", str(ARMS[arm]), "--batch", str(path)],
+                                 capture_output=True, text=True, check=True)
+            runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            print(arm, runs[arm][-1], flush=True)
+    base = names[0]
+    med = {a: statistics.median(x["s"] for x in runs[a]) for a in names}
+    peak = {a: max(x["rss_mb"] for x in runs[a]) for a in names}
+    f = runs[base][0]
+    lines = [f"Batch: 4 trajectories, {f['tokens']} tokens, {f['scored']} scored; one packed micro-batch; PPO loss + "
+             f"entropy bonus, T = 0.8; ZeRO-2, fp32, one process; fresh process per arm, alternating, medians of "
+             f"{args.repeats}.", "", "| head + log-softmax | s / update | peak RSS MB (after load) | vs whole |",
+             "|---|---|---|---|"]
+    for a in names:
+        lines.append(f"| {a} | {med[a]:.2f} | {peak[a]:.0f} ({runs[a][0]['loaded_rss_mb']:.0f}) | "
+                     f"{med[a] / med[base]:.2f}× time, {peak[a] / peak[base]:.2f}× peak |")
+    other = runs[names[1]][0]
+    lines += ["", f"|Δ loss| {abs(other['loss'] - f['loss']):.1e}, |Δ grad norm| "
+                  f"{abs(other['grad_norm'] - f['grad_norm']):.1e} (grad norm {f['grad_norm']:.4f})."]
+    publish("logit_memory", "Scored logits whole vs chunked (CPU, SmolLM2-135M)", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
