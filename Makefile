@@ -107,6 +107,7 @@ bench: setup
 	$(PY) bench/train_step.py
 	$(PY) bench/update_memory.py
 	$(PY) bench/rollout_loop.py
+	$(PY) bench/logit_memory.py
 	$(PY) bench/swe.py --all
 	$(PY) bench/hf_logprobs.py
 
