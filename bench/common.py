@@ -40,3 +40,28 @@ def threaded_load(call, requests: int, clients: int) -> dict[str, float]:
     p50, p99 = 1000 * latencies[len(latencies) // 2], 1000 * latencies[int(0.99 * len(latencies))]
     return {"requests": requests, "clients": clients, "rps": requests / wall, "p50_ms": p50, "p99_ms": p99,
             "tail": p99 / p50, "errors": errors}
+
+
+def smollm2_update_setup(batch, micro_batch_tokens: int, gradient_checkpointing: bool = False, **updater: object):
+    """What the update benchmarks measure against: SmolLM2-135M in fp32 on DeepSpeed ZeRO-2 at lr 1e-9 (the
+    weights stay put across repeated updates), a `PolicyUpdater` with a PPO loss + entropy bonus at T = 0.8,
+    and the trajectories of `batch` (JSONL) with advantages ±1. Returns (updater, trajectories, advantages)."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from sleuth.agents.evaluate import load_trajectories
+    from sleuth.agents.models import resolve_model
+    from sleuth.training.engine import EngineConfig, build_engine, init_distributed
+    from sleuth.training.losses import LossConfig
+    from sleuth.training.update import PolicyUpdater
+
+    init_distributed()
+    trajs = load_trajectories(batch)
+    advs = [np.full(t.num_policy_tokens, 1.0 if i % 2 else -1.0) for i, t in enumerate(trajs)]
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(resolve_model("smollm2"), dtype=torch.float32)
+    model.config.use_cache = False
+    engine = build_engine(model, EngineConfig(zero_stage=2, lr=1e-9, gradient_checkpointing=gradient_checkpointing))
+    upd = PolicyUpdater(engine, LossConfig(entropy_coef=0.01), 0, micro_batch_tokens, temperature=0.8, **updater)
+    return upd, trajs, advs

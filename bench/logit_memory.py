@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import publish
+from common import publish, smollm2_update_setup
 
 ARMS = {"whole (n at once)": 1 << 30, "chunks of 1024": 1024}
 
@@ -44,24 +44,7 @@ def batch(completion: int) -> list:
 
 
 def worker(chunk: int, path: Path) -> dict:
-    import numpy as np
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from sleuth.agents.evaluate import load_trajectories
-    from sleuth.agents.models import resolve_model
-    from sleuth.training.engine import EngineConfig, build_engine, init_distributed
-    from sleuth.training.losses import LossConfig
-    from sleuth.training.update import PolicyUpdater
-
-    init_distributed()
-    trajs = load_trajectories(path)
-    advs = [np.full(t.num_policy_tokens, 1.0 if i % 2 else -1.0) for i, t in enumerate(trajs)]
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(resolve_model("smollm2"), dtype=torch.float32)
-    model.config.use_cache = False
-    engine = build_engine(model, EngineConfig(zero_stage=2, lr=1e-9))
-    upd = PolicyUpdater(engine, LossConfig(entropy_coef=0.01), 0, 8192, temperature=0.8, logit_chunk=chunk)
+    upd, trajs, advs = smollm2_update_setup(path, 8192, logit_chunk=chunk)
     loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     upd.update(trajs, advs)  # warm-up
     t = time.perf_counter()

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import publish
+from common import publish, smollm2_update_setup
 
 ARMS = ("padded", "packed", "checkpointed")
 
@@ -46,27 +46,11 @@ def episodes(n: int) -> list:
 
 
 def worker(arm: str, batch: Path, micro_batch_tokens: int) -> dict:
-    import numpy as np
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from sleuth.agents.evaluate import load_trajectories
-    from sleuth.agents.models import resolve_model
     from sleuth.training.batch import micro_batches
-    from sleuth.training.engine import EngineConfig, build_engine, init_distributed
-    from sleuth.training.losses import LossConfig
-    from sleuth.training.update import PolicyUpdater
 
-    init_distributed()
-    trajs = load_trajectories(batch)
-    advs = [np.full(t.num_policy_tokens, 1.0 if i % 2 else -1.0) for i, t in enumerate(trajs)]
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(resolve_model("smollm2"), dtype=torch.float32)
-    model.config.use_cache = False
-    engine = build_engine(model, EngineConfig(zero_stage=2, lr=1e-9, gradient_checkpointing=arm == "checkpointed"))
     packed = arm == "packed"
-    upd = PolicyUpdater(engine, LossConfig(entropy_coef=0.01), 0, micro_batch_tokens, temperature=0.8,
-                        packing=packed)
+    upd, trajs, advs = smollm2_update_setup(batch, micro_batch_tokens, gradient_checkpointing=arm == "checkpointed",
+                                            packing=packed)
     loaded_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     upd.update(trajs, advs)  # warm-up (and the packing check)
     t = time.perf_counter()

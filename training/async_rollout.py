@@ -101,7 +101,7 @@ class RolloutStream:
 
     def take(self, n_groups: int, version: int, timeout_s: float = 3600.0) -> Taken:
         """`n_groups` complete groups (waiting for them), those within the staleness bound of `version`
-        kept; one step's worth taken, which lets the feed issue the next."""
+        kept; taking one step's worth lets the feed release the next step's tasks."""
         kept: list[Trajectory] = []
         stale: list[int] = []
         dropped = partial = got = 0
