@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from sleuth.agents.models import resolve_model
 from sleuth.agents.policy import Generation, Request, SamplingParams
+from sleuth.agents.prefix_kv import PrefixEntry, PrefixHit, PrefixKVStore
 
 
 class _SampledLogprobs(LogitsProcessor):
@@ -43,8 +45,9 @@ class _SampledLogprobs(LogitsProcessor):
 
 class TransformersPolicy:
     def __init__(self, model: str = "smollm2", device: str | None = None, dtype: torch.dtype | None = None,
-                 max_batch: int = 8, share_prefill: bool = True):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+                 max_batch: int = 8, share_prefill: bool = True, reuse_kv_mb: int = 1024):
+        from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+        from transformers.cache_utils import DynamicLayer
 
         path = resolve_model(model)
         self.name = model
@@ -54,9 +57,14 @@ class TransformersPolicy:
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
         self.max_batch = max_batch
-        # A GRPO group's members start from the same prompt: prefill it once and copy its KV cache to each
-        # member (the prefill is most of a DocRead turn's cost: ~1,000 prompt tokens for 48 generated).
+        # The prefill is most of a DocRead turn's cost (~1,000 prompt tokens for 48 generated). A GRPO group's
+        # members start from the same prompt: it is prefilled once and its KV cache copied to each member.
         self.share_prefill = share_prefill
+        # An episode's next prompt starts with its last prompt and generation: their KV states are kept
+        # (up to `reuse_kv_mb` MB, per weights version) and only the new tokens are prefilled. Only for
+        # models whose cache is plain full attention; 0 turns it off.
+        plain = all(type(layer) is DynamicLayer for layer in DynamicCache(config=self.model.config).layers)
+        self.prefixes = PrefixKVStore(reuse_kv_mb << 20) if reuse_kv_mb > 0 and plain else None
         self.parallel_calls = 1  # one model, one call at a time: ready requests are batched into the next call
         eos = self.tokenizer.eos_token_id
         self.stop_ids = [eos] if isinstance(eos, int) else list(eos)
@@ -72,28 +80,22 @@ class TransformersPolicy:
         return out
 
     def _generate_batch(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Generation]:
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, p in enumerate(prompts):  # left padding keeps every prompt's last token aligned
-            ids[row, width - len(p):] = torch.tensor(p)
-            mask[row, width - len(p):] = 1
         if sampling.seed is not None and sampling.seed != self._seeded:
             torch.manual_seed(sampling.seed)  # once per seed: re-seeding every call would repeat samples
             self._seeded = sampling.seed
+        ids, mask, cache, hits = self._prefill(prompts)
+        width = ids.shape[1]
         greedy = sampling.temperature <= 0
         recorder = _SampledLogprobs(1.0 if greedy else sampling.temperature)
         kwargs: dict[str, Any] = dict(
             max_new_tokens=sampling.max_tokens, do_sample=not greedy, eos_token_id=self.stop_ids,
             pad_token_id=self.pad_id, logits_processor=LogitsProcessorList([recorder]),
         )
-        if self.share_prefill:
-            cache = self._shared_prefill(prompts, ids, mask)
-            if cache is not None:
-                kwargs["cache"] = cache
+        if cache is not None:
+            kwargs["cache"] = cache
         if not greedy:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
-        sequences = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+        sequences = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
         new = sequences[:, width:].cpu()
         lps = recorder.finish(sequences[:, -1]).cpu()
         gens = []
@@ -104,26 +106,82 @@ class TransformersPolicy:
             toks = toks[:end] if end is not None else toks
             gens.append(Generation(ids=toks, logprobs=lps[row, :len(toks)].tolist(),
                                    text=self.tokenizer.decode(toks, skip_special_tokens=True), finish_reason=finish))
+        if self.prefixes is not None and cache is not None:
+            self._keep(prompts, gens, mask, cache, hits)
         return gens
 
-    def _shared_prefill(self, prompts: list[list[int]], ids: torch.Tensor, mask: torch.Tensor) -> Any:
-        """A KV cache of every row but its last token, computed once per distinct prompt and copied to the
-        rows that share it (generate then prefills only the last token); None when no prompt repeats. The
-        positions are generate's own for left padding (cumsum of the mask), so the cache is the one
-        generate would have built."""
+    def _prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, Any, list[PrefixHit]]:
+        """Left-padded ids and mask for generate and, when something is reused, a KV cache of every column
+        but the last (generate then runs only the last): each distinct prompt's kept prefix is copied in and
+        the rest prefilled once, then the cache is copied to the rows that share the prompt.
+
+        Row layout: [pad] [kept prefix] [pad] [rest of the prompt], so that every row's kept states fill the
+        same cache columns and its last token is the last column. The holes are masked, and the positions
+        are generate's own (cumsum of the mask), those the kept states were computed at."""
         from transformers import DynamicCache
 
         first: dict[tuple[int, ...], int] = {}
-        rows = [first.setdefault(tuple(p), i) for i, p in enumerate(prompts)]
+        rows = [first.setdefault(tuple(p), i) for i, p in enumerate(prompts)] if self.share_prefill \
+            else list(range(len(prompts)))
         distinct = sorted(set(rows))
-        if len(distinct) == len(prompts) or ids.shape[1] < 2:
-            return None
-        u_ids, u_mask = ids[distinct, :-1].to(self.device), mask[distinct, :-1].to(self.device)
-        positions = (u_mask.cumsum(-1) - 1).masked_fill(u_mask == 0, 0)
+        hits = {d: self.prefixes.lookup(prompts[d], self.version) if self.prefixes is not None else PrefixHit(None, 0)
+                for d in distinct}
+        if all(h.entry is None for h in hits.values()) and (len(distinct) == len(prompts) or
+                                                             max(map(len, prompts)) < 2):
+            # Nothing to reuse: generate builds its own cache (a fresh one it fills, when its states are kept).
+            ids, mask = self._layout(prompts, [0] * len(prompts))
+            fresh = DynamicCache(config=self.model.config) if self.prefixes is not None else None
+            return ids, mask, fresh, [PrefixHit(None, 0)] * len(prompts)
+        ids, mask = self._layout([prompts[d] for d in distinct], [hits[d].length for d in distinct])
+        kept = max(h.length for h in hits.values())
+        rest = ids.shape[1] - kept
         cache = DynamicCache(config=self.model.config)
-        self.model(input_ids=u_ids, attention_mask=u_mask, position_ids=positions, cache=cache, use_cache=True,
-                   logits_to_keep=1)
-        where = {r: k for k, r in enumerate(distinct)}
-        cache.batch_select_indices(torch.tensor([where[r] for r in rows], device=self.device))
-        return cache
+        if kept:
+            ref = next(h.entry for h in hits.values() if h.entry is not None)
+            for layer in range(len(cache.layers)):
+                heads, dim = ref.keys[layer].shape[0], ref.keys[layer].shape[-1]
+                keys = torch.zeros((len(distinct), heads, kept, dim), dtype=ref.keys[layer].dtype, device=self.device)
+                values = torch.zeros_like(keys)
+                for k, d in enumerate(distinct):
+                    if (n := hits[d].length):
+                        keys[k, :, kept - n:] = hits[d].entry.keys[layer][:, :n]
+                        values[k, :, kept - n:] = hits[d].entry.values[layer][:, :n]
+                cache.update(keys, values, layer)
+        if rest > 1:
+            cols = slice(kept, kept + rest - 1)
+            positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+            self.model(input_ids=ids[:, cols], attention_mask=mask[:, :kept + rest - 1], position_ids=positions[:, cols],
+                       cache=cache, use_cache=True, logits_to_keep=1)
+        if len(distinct) < len(prompts):
+            where = {d: k for k, d in enumerate(distinct)}
+            index = torch.tensor([where[d] for d in rows], device=self.device)
+            cache.batch_select_indices(index)
+            ids, mask = ids[index], mask[index]
+        return ids, mask, cache, [hits[d] for d in rows]
 
+    def _layout(self, prompts: list[list[int]], kept: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row k: [pad] prompt[:kept[k]] [pad] prompt[kept[k]:], the kept prefixes ending in one column and
+        the prompts in the last one."""
+        front = max(kept)
+        back = max(len(p) - n for p, n in zip(prompts, kept, strict=True))
+        ids = torch.full((len(prompts), front + back), self.pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for k, (p, n) in enumerate(zip(prompts, kept, strict=True)):
+            ids[k, front - n:front] = torch.tensor(p[:n], dtype=torch.long)
+            ids[k, front + back - (len(p) - n):] = torch.tensor(p[n:])
+            mask[k, front - n:front], mask[k, front + back - (len(p) - n):] = 1, 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _keep(self, prompts: list[list[int]], gens: list[Generation], mask: torch.Tensor, cache: Any,
+              hits: list[PrefixHit]) -> None:
+        """Keep each row's states for its prompt and all but its last generated token (the last one may
+        never have been fed to the model)."""
+        width = mask.shape[1]
+        for row, (prompt, gen) in enumerate(zip(prompts, gens, strict=True)):
+            if not gen.ids:
+                continue
+            cols = torch.cat([mask[row].nonzero()[:, 0], torch.arange(width, width + len(gen.ids) - 1, device=mask.device)])
+            entry = PrefixEntry(np.asarray(prompt + gen.ids[:-1]),
+                                [layer.keys[row].index_select(1, cols) for layer in cache.layers],
+                                [layer.values[row].index_select(1, cols) for layer in cache.layers])
+            self.prefixes.put(entry, self.version, replaces=hits[row].entry)

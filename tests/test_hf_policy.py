@@ -70,3 +70,76 @@ def test_a_shared_prompt_is_prefilled_once_and_samples_as_if_it_were_not(tiny_mo
         assert shared.logprobs == pytest.approx(_teacher_forced(policy, prompt, shared.ids, temperature or 1.0), abs=1e-4)
     if temperature > 0:
         assert len({tuple(g.ids) for g in runs[True][:3]}) > 1  # the members still sample their own continuations
+
+
+def _turns(policy: TransformersPolicy, prompts: list[list[int]], sampling: SamplingParams, turns: int = 3):
+    """Multi-turn episodes as the loop runs them: each next prompt is the last one + its generation + a reply."""
+    history, widths = [], []
+    hook = policy.model.register_forward_pre_hook(lambda m, a, kw: widths.append(tuple(kw["input_ids"].shape)),
+                                                  with_kwargs=True)
+    for turn in range(turns):
+        widths.append("call")
+        gens = policy.generate([Request(prompt_ids=p, messages=[], task=None) for p in prompts], sampling)
+        history.append((prompts, gens))
+        prompts = [p + g.ids + [100 + turn, 101 + k] for k, (p, g) in enumerate(zip(prompts, gens, strict=True))]
+    hook.remove()
+    return history, widths
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_an_episodes_kv_kept_across_turns_samples_as_if_it_were_recomputed(tiny_model_dir, temperature):
+    """Turn 2 and 3 prefill only what is new (the last generated token and the reply) and sample the ids and
+    logprobs of the path that prefills everything, each row's logprobs those of a full forward."""
+    prompts = [[1, 2, 3, 4, 5, 6, 7]] * 2 + [[9, 8]] + [[40, 41, 42, 43]]
+    sampling = SamplingParams(temperature=temperature, max_tokens=6, seed=5)
+    runs = {}
+    for keep in (0, 64):
+        policy = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=8, reuse_kv_mb=keep)
+        runs[keep] = _turns(policy, prompts, sampling)
+    (plain, plain_widths), (kept, kept_widths) = runs[0], runs[64]
+    for (p_prompts, p_gens), (k_prompts, k_gens) in zip(plain, kept, strict=True):
+        assert p_prompts == k_prompts
+        for pg, kg, prompt in zip(p_gens, k_gens, k_prompts, strict=True):
+            assert kg.ids == pg.ids
+            assert kg.logprobs == pytest.approx(pg.logprobs, abs=1e-5)
+            assert kg.logprobs == pytest.approx(_teacher_forced(policy, prompt, kg.ids, temperature or 1.0), abs=1e-4)
+    calls = [i for i, w in enumerate(kept_widths) if w == "call"]
+    second_turn_prefill = kept_widths[calls[1] + 1]
+    # 4 distinct rows; the new tokens per row are the last generated one + the 2-token reply: 3, all but
+    # the last prefilled before generate, which then runs the last column alone
+    assert second_turn_prefill == (4, 2) and kept_widths[calls[1] + 2] == (4, 1)
+    assert plain_widths[calls[1] + 1][1] == max(len(p) for p in kept[1][0])  # the full context, every turn
+
+
+def test_kept_states_are_dropped_when_the_weights_change(tiny_model_dir):
+    policy = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=8, reuse_kv_mb=64)
+    greedy = SamplingParams(temperature=0.0, max_tokens=4)
+    gen = policy.generate([Request(prompt_ids=[5, 6, 7, 8], messages=[], task=None)], greedy)[0]
+    assert len(policy.prefixes.entries) == 1
+    nxt = [5, 6, 7, 8] + gen.ids + [30, 31]
+    assert policy.prefixes.lookup(nxt, policy.version).length == 4 + len(gen.ids) - 1
+    with torch.no_grad():
+        for p in policy.model.parameters():
+            p.mul_(1.5)
+    policy.version += 1  # what a weight sync does
+    widths = []
+    hook = policy.model.register_forward_pre_hook(lambda m, a, kw: widths.append(kw["input_ids"].shape[1]),
+                                                  with_kwargs=True)
+    again = policy.generate([Request(prompt_ids=nxt, messages=[], task=None)], greedy)[0]
+    hook.remove()
+    assert widths[0] == len(nxt)  # prefilled in full under the new weights
+    assert again.logprobs == pytest.approx(_teacher_forced(policy, nxt, again.ids, 1.0), abs=1e-4)
+
+
+def test_a_prompt_sharing_part_of_a_kept_sequence_reuses_exactly_that_part(tiny_model_dir):
+    """An env that rewrites its context (e.g. trims an old observation) shares only a prefix with what was
+    kept: its states are reused up to the first differing token, the rest prefilled."""
+    policy = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=8, reuse_kv_mb=64)
+    greedy = SamplingParams(temperature=0.0, max_tokens=5)
+    policy.generate([Request(prompt_ids=list(range(1, 11)), messages=[], task=None)], greedy)
+    fork = list(range(1, 7)) + [60, 61, 62]
+    assert policy.prefixes.lookup(fork, policy.version).length == 6
+    gen = policy.generate([Request(prompt_ids=fork, messages=[], task=None)], greedy)[0]
+    fresh = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=8, reuse_kv_mb=0)
+    ref = fresh.generate([Request(prompt_ids=fork, messages=[], task=None)], greedy)[0]
+    assert gen.ids == ref.ids and gen.logprobs == pytest.approx(ref.logprobs, abs=1e-5)

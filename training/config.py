@@ -39,6 +39,9 @@ class RolloutConfig:
     # Threads that step envs while the engine generates (the continuous loop): for envs whose steps wait
     # (sandboxes, SWE tests, env or retrieval servers); 0 steps in-process envs inline, which is faster.
     env_workers: int = 0
+    # The transformers engine keeps each episode's KV states (prompt and generation) up to this many MB, so
+    # a next turn prefills only the env's reply; dropped at every weight sync. 0 prefills every turn in full.
+    kv_keep_mb: int = 1024
     lockstep: bool = False  # release requests in rounds, as sleuth did before the continuous loop (measurement)
     # Asynchronous training: rollouts go on while the trainer updates, at most `max_staleness` versions
     # behind (0: the synchronous loop, sample then train). Staler groups are dropped and counted.
@@ -59,7 +62,8 @@ class RolloutConfig:
         if self.group_size < 1 or self.tasks_per_step < 1:
             raise ValueError("rollout.group_size and rollout.tasks_per_step must be ≥ 1")
         for key, value, low in (("max_tokens", self.max_tokens, 1), ("concurrency", self.concurrency, 1),
-                                ("env_workers", self.env_workers, 0), ("vllm_servers", self.vllm_servers, 1), ("max_staleness", self.max_staleness, 0),
+                                ("env_workers", self.env_workers, 0), ("kv_keep_mb", self.kv_keep_mb, 0),
+                                ("vllm_servers", self.vllm_servers, 1), ("max_staleness", self.max_staleness, 0),
                                 ("sync_timeout_s", self.sync_timeout_s, 0),
                                 ("dynamic_max_rounds", self.dynamic_max_rounds, 1), ("temperature", self.temperature, 0)):
             if not value >= low:  # also refuses NaN
