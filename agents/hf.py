@@ -57,8 +57,9 @@ class TransformersPolicy:
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
         self.max_batch = max_batch
-        # The prefill is most of a DocRead turn's cost (~1,000 prompt tokens for 48 generated). A GRPO group's
-        # members start from the same prompt: it is prefilled once and its KV cache copied to each member.
+        # The prefill is most of a turn's cost on a CPU (SmolLM2, 2 cores: 16 rows × 1,000 prompt tokens take
+        # 64 s, 48 decode steps of those rows 7 s). A GRPO group's members start from the same prompt: it is
+        # prefilled once and its KV cache copied to each member.
         self.share_prefill = share_prefill
         # An episode's next prompt starts with its last prompt and generation: their KV states are kept
         # (up to `reuse_kv_mb` MB, per weights version) and only the new tokens are prefilled. Only for

