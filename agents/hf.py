@@ -3,6 +3,7 @@ and their logprobs."""
 
 from __future__ import annotations
 
+from numbers import Integral
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,10 @@ class TransformersPolicy:
 
     @torch.inference_mode()
     def generate(self, requests: list[Request], sampling: SamplingParams) -> list[Generation]:
+        for i, r in enumerate(requests):
+            if not r.prompt_ids or not all(isinstance(t, Integral) for t in r.prompt_ids):
+                raise ValueError(f"request {i}: prompt_ids must be a non-empty list of token ids (ints), got "
+                                 f"{str(r.prompt_ids)[:80]} (a tokenizer's BatchEncoding? take its input_ids)")
         out: list[Generation] = []
         for i in range(0, len(requests), self.max_batch):
             out += self._generate_batch([r.prompt_ids for r in requests[i:i + self.max_batch]], sampling)

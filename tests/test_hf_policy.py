@@ -143,3 +143,11 @@ def test_a_prompt_sharing_part_of_a_kept_sequence_reuses_exactly_that_part(tiny_
     fresh = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=8, reuse_kv_mb=0)
     ref = fresh.generate([Request(prompt_ids=fork, messages=[], task=None)], greedy)[0]
     assert gen.ids == ref.ids and gen.logprobs == pytest.approx(ref.logprobs, abs=1e-5)
+
+
+@pytest.mark.parametrize("prompt", [[], ["input_ids", "attention_mask"], [1, 2.5]])
+def test_a_prompt_that_is_not_token_ids_is_refused_clearly(tiny_model_dir, prompt):
+    policy = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=4)
+    with pytest.raises(ValueError, match="request 1: prompt_ids must be a non-empty list of token ids"):
+        policy.generate([Request(prompt_ids=[1, 2], messages=[], task=None), Request(prompt_ids=prompt, messages=[], task=None)],
+                        SamplingParams(max_tokens=2))

@@ -1,0 +1,169 @@
+"""One GRPO step: sleuth's trainer parts vs TRL's GRPOTrainer, at equal work, side by side in one run.
+
+The work, the same on both sides: SmolLM2-135M-Instruct in fp32 on this machine's CPU threads; 4 HotpotQA
+train questions (one user message: the question, "answer in a few words") × a group of 4 = 16
+completions of exactly 32 tokens (no early stop on either side) at T = 1; the token F1 of each completion
+against the gold answer as its reward; group-standardised advantages; the PPO-clip loss (ε 0.2 / 0.28,
+no KL, token-mean over the batch: TRL's `dapo` loss type), one AdamW step at lr 1e-6 with grad clip 1.0.
+sleuth: `TransformersPolicy` (the rollout engine, its own copy of the weights, reused prefixes on),
+`grpo` advantages, `PolicyUpdater` on DeepSpeed (ZeRO-2, `sleuth train`'s default, and ZeRO-0), then the
+weight sync into the engine (verified). TRL: `GRPOTrainer` (generation with the training model itself,
+so it has no sync).
+
+Each arm runs in a fresh process (peak memory is per arm): a warm-up step, then 3 measured steps; wall and
+CPU seconds per step are the medians. Run: `.venv/bin/python bench/trl_grpo.py` (part of `make bench`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from common import publish
+
+PROMPTS, GROUP, TOKENS, STEPS, LR = 4, 4, 32, 3, 1e-6
+
+
+def questions() -> list[tuple[str, str, list[str]]]:
+    from sleuth.tasks import load_tasks
+
+    out = []
+    for t in load_tasks("hotpotqa:train", limit=PROMPTS * (STEPS + 1)):
+        out.append((t.id, f"{t.question}\nAnswer in a few words.", [t.answer, *t.aliases]))
+    return out
+
+
+def reward(text: str, answers: list[str]) -> float:
+    from sleuth.verifiers import token_f1
+
+    return max(token_f1(text, a) for a in answers)
+
+
+def sleuth_arm(zero_stage: int) -> dict[str, float]:
+    import numpy as np
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from sleuth.agents.models import resolve_model
+    from sleuth.agents.policy import Request, SamplingParams
+    from sleuth.agents.trajectory import Trajectory, Turn
+    from sleuth.rewards import make_estimator
+    from sleuth.training.engine import EngineConfig, build_engine, init_distributed
+    from sleuth.training.losses import LossConfig
+    from sleuth.training.rollout import TransformersRollout
+    from sleuth.training.update import PolicyUpdater
+
+    init_distributed()
+    path = resolve_model("smollm2")
+    engine = build_engine(AutoModelForCausalLM.from_pretrained(path), EngineConfig(zero_stage=zero_stage, lr=LR))
+    tok = AutoTokenizer.from_pretrained(path)
+    probe = tok.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True, return_dict=False)
+    rollout = TransformersRollout(path, "cpu", engine.module.dtype, probe, 1e-3, max_batch=PROMPTS * GROUP)
+    rollout.policy.stop_ids = [-1]  # no stop token: every completion is exactly TOKENS long, as on TRL's side
+    updater = PolicyUpdater(engine, LossConfig(), tok.pad_token_id or 0, micro_batch_tokens=1 << 20)
+    grpo = make_estimator("grpo")
+    qs = questions()
+    walls, cpus = [], []
+    for step in range(STEPS + 1):
+        w, c = time.perf_counter(), time.process_time()
+        batch = qs[step * PROMPTS:(step + 1) * PROMPTS]
+        reqs, trajs = [], []
+        for _, text, _ in batch:
+            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, return_dict=False)
+            reqs += [Request(prompt_ids=list(ids), messages=[], task=None)] * GROUP
+        gens = rollout.policy.generate(reqs, SamplingParams(temperature=1.0, max_tokens=TOKENS, seed=step))
+        for k, g in enumerate(gens):
+            tid, _, answers = batch[k // GROUP]
+            trajs.append(Trajectory(task_id=tid, env_id="bench", prompt_ids=reqs[k].prompt_ids, group=tid,
+                                    turns=[Turn(g.ids, g.logprobs, g.text)], reward=reward(g.text, answers)))
+        advantages = grpo(trajs, {}).values
+        updater.update(trajs, [np.asarray(a) for a in advantages])
+        rollout.sync(engine.module)
+        if step:  # the first step warms up
+            walls.append(time.perf_counter() - w)
+            cpus.append(time.process_time() - c)
+    return {"wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus),
+            "tokens": sum(len(g.ids) for g in gens)}
+
+
+def trl_arm() -> dict[str, float]:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from sleuth.agents.models import resolve_model
+
+    path = resolve_model("smollm2")
+    qs = questions()
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": text}], "answers": answers}
+                              for _, text, answers in qs])
+
+    def f1(completions, answers, **_):
+        return [reward(c[0]["content"], a) for c, a in zip(completions, answers, strict=True)]
+
+    class Clock(TrainerCallback):
+        def __init__(self):
+            self.walls, self.cpus, self.tokens = [], [], 0
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.w, self.c = time.perf_counter(), time.process_time()
+
+        def on_step_end(self, args, state, control, **kw):
+            self.walls.append(time.perf_counter() - self.w)
+            self.cpus.append(time.process_time() - self.c)
+
+    clock = Clock()
+    with tempfile.TemporaryDirectory() as out:
+        args = GRPOConfig(output_dir=out, use_cpu=True, bf16=False, per_device_train_batch_size=PROMPTS * GROUP,
+                          num_generations=GROUP, max_completion_length=TOKENS,
+                          generation_kwargs={"min_new_tokens": TOKENS}, temperature=1.0, top_p=1.0,
+                          learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
+                          max_grad_norm=1.0, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type="dapo",
+                          max_steps=STEPS + 1, logging_steps=1, save_strategy="no", report_to="none",
+                          shuffle_dataset=False, seed=0, dataloader_num_workers=0)
+        trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=f1, args=args,
+                              train_dataset=data, processing_class=AutoTokenizer.from_pretrained(path),
+                              callbacks=[clock])
+        trainer.train()
+        lengths = [r["completions/mean_length"] for r in trainer.state.log_history if "completions/mean_length" in r]
+    return {"wall_s": statistics.median(clock.walls[1:]), "cpu_s": statistics.median(clock.cpus[1:]),
+            "tokens": (lengths[-1] if lengths else float("nan")) * PROMPTS * GROUP}
+
+
+def run_arm(arm: str) -> dict[str, float]:
+    out = subprocess.run([sys.executable, __file__, "--arm", arm], capture_output=True, text=True)
+    line = next((x for x in reversed(out.stdout.splitlines()) if x.startswith("{")), None)
+    if out.returncode or line is None:
+        raise RuntimeError(f"arm {arm} failed:\n{out.stderr[-3000:]}")
+    return json.loads(line)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arm", choices=["sleuth-zero2", "sleuth-zero0", "trl"])
+    a = ap.parse_args()
+    if a.arm:
+        result = trl_arm() if a.arm == "trl" else sleuth_arm(int(a.arm[-1]))
+        result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        print(json.dumps(result))
+        return
+    results = {arm: run_arm(arm) for arm in ("trl", "sleuth-zero2", "sleuth-zero0")}
+    base = results["trl"]
+    rows = ["| arm | wall s / step | CPU s / step | vs TRL (CPU s) | completion tokens / step | peak RSS GB |",
+            "|---|---|---|---|---|---|"]
+    names = {"trl": "TRL GRPOTrainer", "sleuth-zero2": "sleuth, ZeRO-2 (default)", "sleuth-zero0": "sleuth, ZeRO-0"}
+    for arm, r in results.items():
+        rows.append(f"| {names[arm]} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['cpu_s'] / base['cpu_s']:.2f}× | "
+                    f"{r['tokens']:.0f} | {r['peak_rss_gb']:.1f} |")
+    publish("trl_grpo", "One GRPO step: sleuth vs TRL's GRPOTrainer",
+            f"{PROMPTS} prompts × {GROUP} completions × {TOKENS} tokens, SmolLM2 fp32 on the CPU, medians of "
+            f"{STEPS} steps after a warm-up, each arm in a fresh process:\n\n" + "\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
