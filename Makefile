@@ -107,6 +107,7 @@ bench: setup
 	$(PY) bench/verifier_server.py
 	$(PY) bench/env_server.py
 	$(PY) bench/train_step.py
+	$(PY) bench/trl_grpo.py
 	$(PY) bench/update_memory.py
 	$(PY) bench/rollout_loop.py
 	$(PY) bench/logit_memory.py
