@@ -46,7 +46,7 @@ class _SampledLogprobs(LogitsProcessor):
 
 class TransformersPolicy:
     def __init__(self, model: str = "smollm2", device: str | None = None, dtype: torch.dtype | None = None,
-                 max_batch: int = 8, share_prefill: bool = True, reuse_kv_mb: int = 1024):
+                 max_batch: int = 8, share_prefill: bool = True, kv_keep_mb: int = 1024):
         from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
         from transformers.cache_utils import DynamicLayer
 
@@ -63,10 +63,10 @@ class TransformersPolicy:
         # prefilled once and its KV cache copied to each member.
         self.share_prefill = share_prefill
         # An episode's next prompt starts with its last prompt and generation: their KV states are kept
-        # (up to `reuse_kv_mb` MB, per weights version) and only the new tokens are prefilled. Only for
+        # (up to `kv_keep_mb` MB, per weights version) and only the new tokens are prefilled. Only for
         # models whose cache is plain full attention; 0 turns it off.
         plain = all(type(layer) is DynamicLayer for layer in DynamicCache(config=self.model.config).layers)
-        self.prefixes = PrefixKVStore(reuse_kv_mb << 20) if reuse_kv_mb > 0 and plain else None
+        self.prefixes = PrefixKVStore(kv_keep_mb << 20) if kv_keep_mb > 0 and plain else None
         self.parallel_calls = 1  # one model, one call at a time: ready requests are batched into the next call
         eos = self.tokenizer.eos_token_id
         self.stop_ids = [eos] if isinstance(eos, int) else list(eos)

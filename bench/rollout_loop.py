@@ -119,7 +119,7 @@ def docread(with_vllm: bool = True) -> list[str]:
     arms.append(("transformers, group prompt prefilled once · continuous", False, True, 0))
     arms.append(("transformers, + an episode's KV kept across turns · continuous", False, True, 1024))
     for name, ls, share, keep_mb in arms:  # a fresh policy per arm: each starts from the same seeded random stream
-        hf = Timed(TransformersPolicy("smollm2", max_batch=16, share_prefill=share, reuse_kv_mb=keep_mb))
+        hf = Timed(TransformersPolicy("smollm2", max_batch=16, share_prefill=share, kv_keep_mb=keep_mb))
         rows.append((name, measure(make, tasks, hf, sampling, 16, 0, ls)))
     if with_vllm and default_vllm_python() is not None:
         for servers in (1, 2):  # two servers on these 2 cores share them: the row shows routing's cost
@@ -151,7 +151,7 @@ def code() -> list[str]:
     rows = []
     for name, ls, workers, keep_mb in (("lock-step", True, 0, 0), ("continuous, 8 env threads", False, 8, 0),
                                        ("continuous, 8 env threads, KV kept across turns", False, 8, 1024)):
-        hf = Timed(TransformersPolicy("smollm2", max_batch=16, reuse_kv_mb=keep_mb))
+        hf = Timed(TransformersPolicy("smollm2", max_batch=16, kv_keep_mb=keep_mb))
         rows.append((f"transformers · {name}", measure(make, tasks, hf, sampling, 16, workers, ls)))
     return ["16 Code-v0 episodes (2 MBPP tasks × 8), 16 live, SmolLM2 fp32, T = 1, 128 tokens/turn:", "",
             *table(rows, rows[0][1])]

@@ -94,7 +94,7 @@ def test_an_episodes_kv_kept_across_turns_samples_as_if_it_were_recomputed(tiny_
     sampling = SamplingParams(temperature=temperature, max_tokens=6, seed=5)
     runs = {}
     for keep in (0, 64):
-        policy = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=8, reuse_kv_mb=keep)
+        policy = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=8, kv_keep_mb=keep)
         runs[keep] = _turns(policy, prompts, sampling)
     (plain, plain_widths), (kept, kept_widths) = runs[0], runs[64]
     for (p_prompts, p_gens), (k_prompts, k_gens) in zip(plain, kept, strict=True):
@@ -112,7 +112,7 @@ def test_an_episodes_kv_kept_across_turns_samples_as_if_it_were_recomputed(tiny_
 
 
 def test_kept_states_are_dropped_when_the_weights_change(tiny_model_dir):
-    policy = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=8, reuse_kv_mb=64)
+    policy = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=8, kv_keep_mb=64)
     greedy = SamplingParams(temperature=0.0, max_tokens=4)
     gen = policy.generate([Request(prompt_ids=[5, 6, 7, 8], messages=[], task=None)], greedy)[0]
     assert len(policy.prefixes.entries) == 1
@@ -134,13 +134,13 @@ def test_kept_states_are_dropped_when_the_weights_change(tiny_model_dir):
 def test_a_prompt_sharing_part_of_a_kept_sequence_reuses_exactly_that_part(tiny_model_dir):
     """An env that rewrites its context (e.g. trims an old observation) shares only a prefix with what was
     kept: its states are reused up to the first differing token, the rest prefilled."""
-    policy = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=8, reuse_kv_mb=64)
+    policy = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=8, kv_keep_mb=64)
     greedy = SamplingParams(temperature=0.0, max_tokens=5)
     policy.generate([Request(prompt_ids=list(range(1, 11)), messages=[], task=None)], greedy)
     fork = list(range(1, 7)) + [60, 61, 62]
     assert policy.prefixes.lookup(fork, policy.version).length == 6
     gen = policy.generate([Request(prompt_ids=fork, messages=[], task=None)], greedy)[0]
-    fresh = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=8, reuse_kv_mb=0)
+    fresh = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=8, kv_keep_mb=0)
     ref = fresh.generate([Request(prompt_ids=fork, messages=[], task=None)], greedy)[0]
     assert gen.ids == ref.ids and gen.logprobs == pytest.approx(ref.logprobs, abs=1e-5)
 

@@ -43,7 +43,7 @@ class TransformersRollout:
         from sleuth.agents.hf import TransformersPolicy
 
         self.policy = TransformersPolicy(model_path, device=device, dtype=dtype, max_batch=max_batch,
-                                         reuse_kv_mb=kv_keep_mb)
+                                         kv_keep_mb=kv_keep_mb)
         self.probe_ids, self.tolerance = probe_ids, tolerance
 
     def sync(self, module: torch.nn.Module) -> dict[str, float]:
