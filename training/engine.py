@@ -65,6 +65,10 @@ def init_distributed() -> tuple[int, int]:
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=os.environ.get("MASTER_PORT", str(free_port())))
+    if os.environ["WORLD_SIZE"] == "1":
+        # DeepSpeed's CPU backend JIT-compiles a shared-memory all-reduce op at start-up (~45 s of g++ on a
+        # machine whose extension cache is cold): a world of one reduces nothing, so mark it unavailable.
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     if not torch.distributed.is_initialized():
         deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
     return torch.distributed.get_rank(), torch.distributed.get_world_size()
@@ -125,7 +129,10 @@ def build_engine(model: torch.nn.Module, cfg: EngineConfig) -> Any:
 
         opt = DeepSpeedCPUAdam(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, adamw_mode=True)
     else:
-        opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+        # fused: one kernel over all parameters, on the CPU as on CUDA (torch's default there is a Python loop
+        # over tensors: 1-2 s per step for SmolLM2's 135M parameters on 2 cores, fused 0.07 s; HF Trainer's
+        # default `adamw_torch_fused` is the same kernel).
+        opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, fused=True)
     engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=deepspeed_config(cfg))
     return engine
 
