@@ -56,7 +56,8 @@ def worker(arm: str, batch: Path, micro_batch_tokens: int) -> dict:
     t = time.perf_counter()
     stats = upd.update(trajs, advs)
     seconds = time.perf_counter() - t
-    mbs = micro_batches(trajs, advs, 0, micro_batch_tokens, packed=upd.policy.uses_packing())
+    mbs = micro_batches(trajs, advs, 0, micro_batch_tokens, packed=upd.policy.uses_packing(),
+                       share=upd.policy.shares_prefix())
     positions = sum(int(b.attention_mask.sum()) if packed else b.input_ids.numel() for b in mbs)
     return {"s": seconds, "tokens": sum(len(t.token_ids()) for t in trajs), "positions": positions,
             "micro_batches": len(mbs), "loss": stats["loss/policy"] + stats["loss/entropy"],

@@ -255,3 +255,95 @@ def test_chunked_logprobs_give_the_same_numbers_and_gradients_and_recompute_the_
         calls.clear()
         fwd(ids, attn, mask).logprobs(ids, mask)
         assert len(calls) == chunks
+
+
+def test_layout_lays_a_common_prefix_out_once():
+    """Hand case: two sequences sharing their first 16 tokens and one that shares nothing."""
+    from sleuth.training.packing import MIN_SHARED, layout
+
+    p = list(range(100, 100 + MIN_SHARED))
+    a, b, c = [*p, 1, 2], [*p, 3, 4, 5], list(range(200, 204))
+    row = layout([a, b, c])
+    assert row.ids == [*p, 1, 2, 3, 4, 5, *c]
+    assert row.positions == [*range(16), 16, 17, 16, 17, 18, *range(4)]
+    assert row.blocks == ((0, 16, 0, 0), (16, 18, 0, 16), (18, 21, 0, 16), (21, 25, 0, 0))
+    assert row.sources == [[*range(16), 16, 17], [*range(16), 18, 19, 20], [21, 22, 23, 24]]
+    assert layout([a, b, c], share=False).tokens == len(a) + len(b) + len(c)
+    short = [*p[:MIN_SHARED - 1], 9]  # one token short of MIN_SHARED in common: not worth an attention call
+    assert layout([a, short]).tokens == len(a) + len(short)
+    # a third member shrinks the group's prefix to what all three share
+    q = list(range(300, 320))
+    row = layout([[*q, 1], [*q, 2], [*q[:17], 8]])
+    assert row.tokens == 17 + 4 + 4 + 1 and row.blocks[0] == (0, 17, 0, 0)
+    assert row.positions == [*range(17), 17, 18, 19, 20, 17, 18, 19, 20, 17]
+
+
+def _group_rows(vocab: int):
+    """A GRPO-like micro-batch: three completions of one 20-token prompt and one unrelated sequence,
+    right-padded, each completion scored."""
+    torch.manual_seed(2)
+    prompt = torch.randint(1, vocab, (20,))
+    rows = [torch.cat([prompt, torch.randint(1, vocab, (n,))]) for n in (6, 3, 8)] + [torch.randint(1, vocab, (11,))]
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    mask = torch.zeros(len(rows), width)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)], attn[i, :len(r)] = r, 1
+        mask[i, 20:len(r)] = 1 if i < 3 else 0
+    mask[3, 4:11] = 1
+    return ids, attn, mask
+
+
+def test_a_shared_prompt_runs_once_and_gives_each_members_own_numbers(tiny_model_dir):
+    """Three completions of one prompt: the packed row holds the prompt once (20 + 6 + 3 + 8 + 11 tokens, not
+    20 more per member), and logprobs, entropies, hidden states and parameter gradients are the padded
+    batch's."""
+    from transformers import AutoModelForCausalLM
+
+    from sleuth.training.forward import ScoredForward
+    from sleuth.training.losses import scored_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ids, attn, mask = _group_rows(model.config.vocab_size)
+    padded = ScoredForward(model, model, temperature=0.7)
+    ref = padded(ids, attn, mask)
+    lp, ent = scored_logprobs(ref.logits, ids, mask, with_entropy=True)
+    (lp.sum() + ent.sum()).backward()
+    g_padded = _grads(model)
+    model.zero_grad()
+
+    shared = ScoredForward(model, model, temperature=0.7, packed=True)
+    assert shared.uses_packing() and shared.shares_prefix()
+    shapes = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, i, o: shapes.append(tuple(i[0].shape)))
+    scored = shared(ids, attn, mask)
+    hook.remove()
+    assert shapes == [(1, 20 + 6 + 3 + 8 + 11)]
+    lp_s, ent_s = scored_logprobs(scored.logits, ids, mask, with_entropy=True)
+    (lp_s.sum() + ent_s.sum()).backward()
+    assert torch.allclose(lp_s, lp, atol=1e-5) and torch.allclose(ent_s, ent, atol=1e-5)
+    assert torch.allclose(scored.hidden[attn.bool()], ref.hidden[attn.bool()].detach(), atol=1e-5)
+    assert torch.allclose(_grads(model), g_padded, atol=1e-5)
+
+
+def test_a_shared_prefix_with_restarted_positions_would_show(tiny_model_dir):
+    """The equality above can fail: the same blocks with every member's own tokens at positions from 0 (as if
+    it had no prefix) give other logprobs."""
+    from transformers import AutoModelForCausalLM
+
+    from sleuth.training.packing import layout, use_segment_attention
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    use_segment_attention(model)
+    ids, attn, _ = _group_rows(model.config.vocab_size)
+    real = attn.bool()
+    row = layout([r[m].tolist() for r, m in zip(ids, real, strict=True)])
+    wrong = [p - 20 if 20 <= i < 37 else p for i, p in enumerate(row.positions)]
+    with torch.no_grad():
+        padded = model(input_ids=ids, attention_mask=attn).logits[real]
+        src = torch.tensor([i for s in row.sources for i in s])
+        good, bad = (model(input_ids=torch.tensor(row.ids)[None], position_ids=torch.tensor(pos)[None],
+                           use_cache=False, sleuth_blocks=row.blocks).logits[0][src] for pos in (row.positions, wrong))
+    assert torch.allclose(good, padded, atol=1e-5)
+    assert float((bad - padded).abs().max()) > 1e-3

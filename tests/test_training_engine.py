@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from train_helpers import fixed_batch, surrogate
+from train_helpers import fixed_batch, grouped_batch, surrogate
 
 from sleuth.training.engine import DIST_VARS, EngineConfig, build_engine, init_distributed
 from sleuth.training.losses import LossConfig
@@ -28,7 +28,7 @@ def _engine(model_dir, **kw):
     return build_engine(model, EngineConfig(**kw))
 
 
-def _grads_of_one_update(engine, micro_batch_tokens, loss_cfg, packing=False):
+def _grads_of_one_update(engine, micro_batch_tokens, loss_cfg, packing=False, batch=None):
     grads = {}
 
     def capture():  # stage 0: after the backwards, the accumulated gradients sit in p.grad
@@ -37,7 +37,7 @@ def _grads_of_one_update(engine, micro_batch_tokens, loss_cfg, packing=False):
             p.grad = None
 
     engine.step, engine.get_global_grad_norm = capture, lambda: 0.0
-    trajs, advs = fixed_batch(6)
+    trajs, advs = batch or fixed_batch(6)
     updater = PolicyUpdater(engine, loss_cfg, pad_id=0, micro_batch_tokens=micro_batch_tokens, packing=packing)
     updater.update(trajs, advs)
     assert updater.policy.uses_packing() == packing
@@ -70,6 +70,32 @@ def test_packed_micro_batches_give_the_padded_gradient(tiny_model_dir, aggregati
     assert any(r[1] > 20 for r in rows[-3:])  # a row holds more than one 14–19-token trajectory
     for name, g in padded.items():
         assert torch.allclose(g, packed[name], atol=1e-6, rtol=1e-4), name
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_sum_norm"])
+def test_groups_sharing_a_prompt_give_the_padded_gradient_for_fewer_tokens(tiny_model_dir, aggregation):
+    """Two groups of three trajectories from one 24-token prompt each, packed into rows of ≤ 80 tokens: each
+    row lays its group's prompt out once (the rows hold fewer tokens than their trajectories), members of a
+    group meet in one row, and the gradient is the padded batch's."""
+    from sleuth.training.batch import micro_batches
+    from sleuth.training.packing import layout
+
+    engine = _engine(tiny_model_dir, zero_stage=0, grad_clip=0.0)
+    cfg = LossConfig(aggregation=aggregation, entropy_coef=0.01)
+    trajs, advs = grouped_batch()
+    padded = _grads_of_one_update(engine, 10_000, cfg, batch=(trajs, advs))
+    rows = []
+    hook = engine.module.get_input_embeddings().register_forward_hook(lambda m, i, o: rows.append(i[0].shape[1]))
+    shared = _grads_of_one_update(engine, 80, cfg, packing=True, batch=(trajs, advs))
+    hook.remove()
+    batches = micro_batches(trajs, advs, 0, 80, packed=True, share=True)
+    lengths = [sum(len(trajs[i].token_ids()) for i in b.index) for b in batches]
+    costs = [layout([trajs[i].token_ids() for i in b.index]).tokens for b in batches]
+    assert rows[-len(batches):] == costs and all(c <= 80 for c in costs)
+    assert sum(costs) <= sum(lengths) - 2 * 2 * 24  # two more members of each group paid no prompt
+    assert all(len({trajs[i].group for i in b.index}) == 1 for b in batches)
+    for name, g in padded.items():
+        assert torch.allclose(g, shared[name], atol=1e-6, rtol=1e-4), name
 
 
 def test_gradient_checkpointing_recomputes_layers_and_gives_the_same_gradient(tiny_model_dir):

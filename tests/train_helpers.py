@@ -33,3 +33,20 @@ def surrogate(module, trajs, advs):
         logits = module(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
         lp, _ = token_logprobs(logits, b.input_ids, b.loss_mask)
     return float((lp * b.advantages * b.loss_mask).sum() / b.loss_mask.sum())
+
+
+def grouped_batch(groups: int = 2, members: int = 3, prompt_len: int = 24, seed: int = 0, vocab: int = 400):
+    """`groups` groups of `members` two-turn trajectories, each group's members starting from one prompt;
+    advantages ±1 alternating inside each group."""
+    rng = np.random.default_rng(seed)
+    trajs, advs = [], []
+    for g in range(groups):
+        prompt = rng.integers(10, vocab, prompt_len).tolist()
+        for m in range(members):
+            actions = [rng.integers(10, vocab, int(rng.integers(3, 7))).tolist() for _ in range(2)]
+            turns = [Turn(a, [0.0] * len(a), "a", observation_ids=rng.integers(10, vocab, 3).tolist())
+                     for a in actions]
+            t = Trajectory(f"t{g}", "env", prompt, turns=turns, group=f"g{g}")
+            trajs.append(t)
+            advs.append(np.full(t.num_policy_tokens, 1.0 if m % 2 == 0 else -1.0))
+    return trajs, advs

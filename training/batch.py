@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from sleuth.agents.trajectory import Trajectory
+from sleuth.training.packing import layout
 
 
 @dataclass
@@ -76,18 +77,31 @@ def build_batch(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray], p
 
 def micro_batches(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray], pad_id: int,
                   max_tokens: int, old_logprobs: Sequence[torch.Tensor] | None = None,
-                  packed: bool = False) -> list[Batch]:
+                  packed: bool = False, share: bool = False) -> list[Batch]:
     """Group trajectories (longest first, so padding stays small) into micro-batches of at most `max_tokens`
     tokens each; a longer single trajectory gets a micro-batch of its own. Counted as padded tokens (rows ×
-    the longest row), or with `packed` as real tokens (the forward then runs the rows as one packed row)."""
-    lengths = [len(t.token_ids()) for t in trajs]
+    the longest row), or with `packed` as the tokens of the packed row the forward runs (`packing.layout`;
+    with `share`, common prefixes counted once): each trajectory goes where it adds the fewest tokens (the
+    first such micro-batch), so a group's members meet where their prompt is already laid out."""
+    seqs = [t.token_ids() for t in trajs]
+    lengths = [len(s) for s in seqs]
     order = sorted(range(len(trajs)), key=lambda i: -lengths[i])
+    if share:  # a group's members one after another (groups longest first), so they can meet in one row
+        rank: dict[object, int] = {}
+        for i in order:
+            rank.setdefault(trajs[i].group or i, len(rank))
+        order.sort(key=lambda i: (rank[trajs[i].group or i], -lengths[i]))
     out: list[list[int]] = []
     for i in order:
-        if packed:  # first fit: the longest trajectories first, each into the first micro-batch it fits in
-            fits = next((g for g in out if sum(lengths[j] for j in g) + lengths[i] <= max_tokens), None)
-            if fits is not None:
-                fits.append(i)
+        if packed:
+            best, added = None, lengths[i] + 1
+            for g in out:
+                cost = layout([seqs[j] for j in (*g, i)], share).tokens
+                grows = cost - layout([seqs[j] for j in g], share).tokens
+                if cost <= max_tokens and grows < added:
+                    best, added = g, grows
+            if best is not None:
+                best.append(i)
                 continue
         elif out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= max_tokens:
             out[-1].append(i)

@@ -18,7 +18,8 @@ causal SDPA call per sequence for a model on SDPA (`training/packing.py`), a blo
 eager). The hidden states are scattered back to the padded grid, so what the losses and a mixing head
 see is the padded path's, without padding's compute. A model that does not confine attention this way is
 caught before the first batch (packed and padded compared on two short rows) and runs padded, with a
-warning.
+warning. On a model switched to segment attention, sequences that begin alike share their common prefix
+in the row (`packing.layout`; `share_prefix`): a GRPO group's prompt runs once, not once per member.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 import torch
 
 from sleuth.training.losses import chunked_logprobs, scored_logprobs
-from sleuth.training.packing import use_segment_attention
+from sleuth.training.packing import layout, use_segment_attention
 
 
 @dataclass
@@ -70,13 +71,15 @@ class ScoredForward:
     the module it wraps; `attention` marks real tokens of right-padded rows."""
 
     def __init__(self, model: Callable[..., Any], module: torch.nn.Module, temperature: float = 1.0,
-                 packed: bool = False, chunk: int = 1024):
+                 packed: bool = False, chunk: int = 1024, share_prefix: bool = True):
         if chunk < 1:
             raise ValueError(f"the logit chunk must be ≥ 1 position, got {chunk}")
         self.model, self.temperature, self.packed, self.chunk = model, temperature, packed, chunk
         self.head = causal_lm(module).get_output_embeddings()
-        if packed:  # one causal SDPA call per packed sequence instead of a masked one over the whole row
-            use_segment_attention(causal_lm(module))
+        # one causal SDPA call per packed sequence instead of a masked one over the whole row; only then can
+        # the row also share prefixes (the blocks are that attention's)
+        self.segmented = packed and use_segment_attention(causal_lm(module))
+        self.share_prefix = share_prefix and self.segmented
         self.selective: bool | None = None  # whether lm_head(hidden) is the model's logits: asked once
         self._confined: bool | None = None  # whether packing works for this model: asked once, if packed
 
@@ -99,6 +102,10 @@ class ScoredForward:
             self._confined = self._packing_confines_attention()
         return bool(self.packed and self.head_is_the_logits() and self._confined)
 
+    def shares_prefix(self) -> bool:
+        """Whether packed rows lay a common prefix out once (what `micro_batches(share=...)` must count)."""
+        return self.share_prefix and self.uses_packing()
+
     def head_is_the_logits(self) -> bool:
         if self.selective is None:
             self.selective = self._head_matches_logits()
@@ -107,12 +114,15 @@ class ScoredForward:
     def _packed_hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The last hidden states of the real tokens, run as one packed row, on the padded (B, L, H) grid."""
         real = attention_mask.bool()
-        positions = (attention_mask.cumsum(-1) - 1)[real]  # 0, 1, ... within each right-padded row
-        out = self.model(input_ids=input_ids[real][None], position_ids=positions[None], use_cache=False,
-                         output_hidden_states=True, logits_to_keep=1)
+        row = layout([ids[m].tolist() for ids, m in zip(input_ids, real, strict=True)], share=self.share_prefix)
+        extra = {"sleuth_blocks": row.blocks} if self.segmented else {}
+        out = self.model(input_ids=torch.tensor(row.ids, device=input_ids.device)[None],
+                         position_ids=torch.tensor(row.positions, device=input_ids.device)[None], use_cache=False,
+                         output_hidden_states=True, logits_to_keep=1, **extra)
         packed = out.hidden_states[-1][0]
         hidden = packed.new_zeros((*input_ids.shape, packed.shape[-1]))
-        hidden[real] = packed
+        # a shared prefix is gathered into every member's row: its gradient is the sum over the members
+        hidden[real] = packed[torch.tensor([i for s in row.sources for i in s], device=packed.device)]
         return hidden
 
     @torch.no_grad()
@@ -124,11 +134,13 @@ class ScoredForward:
 
     @torch.no_grad()
     def _packing_confines_attention(self) -> bool:
-        """Two short sequences (the second one shorter, so it is padded) give the same hidden states packed as
-        padded: attention does not cross from one into the other."""
-        ids = torch.arange(1, 13, device=self.head.weight.device).reshape(2, 6)
+        """Three short sequences give the same hidden states packed as padded: attention does not cross from
+        one into another, and where two share a prefix (laid out once) each still sees its own tokens."""
+        ids = torch.arange(1, 25, device=self.head.weight.device).repeat(3, 1)
+        ids[1, 18:] += 30  # shares its first 18 tokens with the first row
+        ids[2] += 60  # shares nothing, and is padded
         attention = torch.ones_like(ids)
-        attention[1, 4:] = 0
+        attention[2, 9:] = 0
         padded = self.model(input_ids=ids, attention_mask=attention, output_hidden_states=True,
                             logits_to_keep=1).hidden_states[-1]
         packed = self._packed_hidden(ids, attention)

@@ -7,13 +7,84 @@ cores that made a packed micro-batch 1.55× slower than the padded one. Flash-at
 kernels avoid this on a GPU; on other devices `segment_attention` does the same by hand: one causal SDPA
 call per sequence of the row (Σ Lᵢ² pairs, no mask) and the outputs concatenated. Rows that are not packed
 (a padded batch, with its mask) go to transformers' own SDPA unchanged.
+
+Sequences of one micro-batch that begin alike (a GRPO group's members share their prompt) are laid out
+with the common prefix once (`layout`): the prefix runs causally, and each member's own tokens attend to
+the prefix and, causally, to themselves, at the positions they have in the member (prefix length on).
+Under causal attention a prefix's states depend only on its tokens, so every member's hidden states (and,
+since the gathered prefix sums the gradient of each member, every parameter gradient) are those of its
+own full sequence, for the prefix's compute paid once instead of once per member.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 
+from sleuth.agents.prefix_kv import common_prefix
+
 NAME = "sleuth_segments"
+# Below this many common tokens a shared prefix saves less than the extra attention call it costs.
+MIN_SHARED = 16
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A packed row: its token ids and position ids, its attention blocks (queries [qa, qb) attend to the
+    prefix [pa, pb), all of it, and to themselves causally; pa == pb: no prefix), and for each input
+    sequence the row index of each of its tokens."""
+
+    ids: list[int]
+    positions: list[int]
+    blocks: tuple[tuple[int, int, int, int], ...]
+    sources: list[list[int]]
+
+    @property
+    def tokens(self) -> int:
+        return len(self.ids)
+
+
+def layout(seqs: Sequence[Sequence[int]], share: bool = True) -> Layout:
+    """Lay sequences out in one row; with `share`, each sequence joins the earlier group with which it has
+    the longest common prefix (≥ MIN_SHARED tokens, the group's prefix shrinking to it), and each group's
+    prefix is laid out once."""
+    arrays = [np.asarray(s) for s in seqs]
+    groups: list[tuple[int, list[int]]] = []  # (prefix length, members)
+    for i, a in enumerate(arrays):
+        best, shared = -1, 0
+        for g, (prefix, members) in enumerate(groups if share else []):
+            c = min(prefix, common_prefix(arrays[members[0]], a))
+            if c > shared:
+                best, shared = g, c
+        if shared >= MIN_SHARED:
+            groups[best] = (shared, [*groups[best][1], i])
+        else:
+            groups.append((len(a), [i]))
+    ids: list[int] = []
+    positions: list[int] = []
+    blocks: list[tuple[int, int, int, int]] = []
+    sources: list[list[int]] = [[] for _ in seqs]
+
+    def lay(tokens: np.ndarray, first_position: int, prefix: tuple[int, int]) -> list[int]:
+        start = len(ids)
+        ids.extend(tokens.tolist())
+        positions.extend(range(first_position, first_position + len(tokens)))
+        if len(tokens):
+            blocks.append((start, len(ids), *prefix))
+        return list(range(start, len(ids)))
+
+    for prefix, members in groups:
+        if len(members) == 1:
+            sources[members[0]] = lay(arrays[members[0]], 0, (0, 0))
+            continue
+        shared = lay(arrays[members[0]][:prefix], 0, (0, 0))
+        span = (shared[0], shared[-1] + 1)
+        for m in members:
+            sources[m] = shared + lay(arrays[m][prefix:], prefix, span)
+    return Layout(ids, positions, tuple(blocks), sources)
 
 
 def segments(position_ids: torch.Tensor) -> list[tuple[int, int]]:
@@ -27,9 +98,14 @@ def segments(position_ids: torch.Tensor) -> list[tuple[int, int]]:
 def segment_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                       position_ids: torch.Tensor | None = None, **kwargs) -> tuple[torch.Tensor, None]:
-    """transformers' attention-function protocol: query/key/value (B, heads, L, D) → output (B, L, heads, D)."""
+    """transformers' attention-function protocol: query/key/value (B, heads, L, D) → output (B, L, heads, D).
+    A `Layout`'s blocks come as the `sleuth_blocks` keyword; without them a packed row's sequences are read
+    from its position ids."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    blocks = kwargs.pop("sleuth_blocks", None)
+    if blocks is not None and query.shape[0] == 1 and query.shape[2] == key.shape[2]:
+        return torch.cat([_block(module, query, key, value, block, dropout, scaling) for block in blocks], dim=1), None
     spans = segments(position_ids[0]) if position_ids is not None and query.shape[0] == 1 else []
     if len(spans) < 2 or query.shape[2] != key.shape[2]:  # not a packed row (or a cached decode): plain SDPA
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -52,3 +128,18 @@ def use_segment_attention(model: torch.nn.Module) -> bool:
         AttentionMaskInterface.register(NAME, sdpa_mask)  # padded batches still get SDPA's own mask
     model.set_attn_implementation(NAME)
     return True
+
+
+def _block(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+           block: tuple[int, int, int, int], dropout: float, scaling: float | None) -> torch.Tensor:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    qa, qb, pa, pb = block
+    q, k, v = query[:, :, qa:qb], key[:, :, qa:qb], value[:, :, qa:qb]
+    if pa == pb:
+        return sdpa_attention_forward(module, q, k, v, None, dropout=dropout, scaling=scaling, is_causal=True)[0]
+    n, p = qb - qa, pb - pa
+    mask = torch.ones(n, p + n, dtype=torch.bool, device=query.device)
+    mask[:, p:] = torch.ones(n, n, dtype=torch.bool, device=query.device).tril()
+    return sdpa_attention_forward(module, q, torch.cat([key[:, :, pa:pb], k], 2), torch.cat([value[:, :, pa:pb], v], 2),
+                                  mask[None, None], dropout=dropout, scaling=scaling)[0]

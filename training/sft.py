@@ -205,7 +205,8 @@ class SFTTrainer:
         t0 = time.perf_counter()
         zeros = [np.zeros(t.num_policy_tokens) for t in trajs]
         batches = (micro_batches(list(trajs), zeros, self.pad_id, self.cfg.micro_batch_tokens,
-                                 packed=self.forward.uses_packing()) if trajs else [])
+                                 packed=self.forward.uses_packing(),
+                                 share=self.forward.shares_prefix()) if trajs else [])
         denom = all_sum(sum(float(b.loss_mask.sum()) for b in batches))
         n_micro = int(all_max(len(batches)))
         dev, scale, nll = device(), dist.get_world_size() / max(denom, 1.0), 0.0

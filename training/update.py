@@ -109,7 +109,7 @@ class PolicyUpdater:
         """The pre-update policy's logprobs of every trajectory (aligned with its token ids, 0 off the mask)."""
         zeros = [np.zeros(t.num_policy_tokens) for t in trajs]
         batches = micro_batches(trajs, zeros, self.pad_id, self.micro_batch_tokens,
-                                packed=self.policy.uses_packing())
+                                packed=self.policy.uses_packing(), share=self.policy.shares_prefix())
         out: list[torch.Tensor | None] = [None] * len(trajs)
         dev = device()
         for i in range(int(all_max(len(batches)))):
@@ -127,7 +127,7 @@ class PolicyUpdater:
         rank has a policy token)."""
         lc = self.loss
         batches = (micro_batches(trajs, advantages, self.pad_id, self.micro_batch_tokens, old,
-                                 packed=self.policy.uses_packing()) if trajs else [])
+                                 packed=self.policy.uses_packing(), share=self.policy.shares_prefix()) if trajs else [])
         weights = []
         for k, b in enumerate(batches):
             iw = None
