@@ -6,8 +6,9 @@ completions of exactly 32 tokens (no early stop on either side) at T = 1; the to
 against the gold answer as its reward; group-standardised advantages; the PPO-clip loss (ε 0.2 / 0.28,
 no KL, token-mean over the batch: TRL's `dapo` loss type), one AdamW step at lr 1e-6 with grad clip 1.0.
 sleuth: `TransformersPolicy` (the rollout engine, its own copy of the weights, reused prefixes on),
-`grpo` advantages, `PolicyUpdater` on DeepSpeed (ZeRO-2, `sleuth train`'s default, and ZeRO-0), then the
-weight sync into the engine (verified). TRL: `GRPOTrainer` (generation with the training model itself,
+`grpo` advantages, `PolicyUpdater` on DeepSpeed (ZeRO-2, `sleuth train`'s default, and ZeRO-0; packed rows
+with a group's prompt laid out once, and, as a third arm, without that), then the weight sync into the
+engine (verified). TRL: `GRPOTrainer` (generation with the training model itself,
 so it has no sync).
 
 Each arm runs in a fresh process (peak memory is per arm): a warm-up step, then 3 measured steps; wall and
@@ -28,6 +29,7 @@ import time
 from common import publish
 
 PROMPTS, GROUP, TOKENS, STEPS, LR = 4, 4, 32, 3, 1e-6
+ARMS = ("trl", "sleuth-zero2", "sleuth-zero0", "sleuth-zero2-unshared")
 
 
 def questions() -> list[tuple[str, str, list[str]]]:
@@ -45,7 +47,7 @@ def reward(text: str, answers: list[str]) -> float:
     return max(token_f1(text, a) for a in answers)
 
 
-def sleuth_arm(zero_stage: int) -> dict[str, float]:
+def sleuth_arm(zero_stage: int, share_prefix: bool = True) -> dict[str, float]:
     import numpy as np
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -65,7 +67,8 @@ def sleuth_arm(zero_stage: int) -> dict[str, float]:
     probe = tok.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True, return_dict=False)
     rollout = TransformersRollout(path, "cpu", engine.module.dtype, probe, 1e-3, max_batch=PROMPTS * GROUP)
     rollout.policy.stop_ids = [-1]  # no stop token: every completion is exactly TOKENS long, as on TRL's side
-    updater = PolicyUpdater(engine, LossConfig(), tok.pad_token_id or 0, micro_batch_tokens=1 << 20)
+    updater = PolicyUpdater(engine, LossConfig(), tok.pad_token_id or 0, micro_batch_tokens=1 << 20,
+                            share_prefix=share_prefix)
     grpo = make_estimator("grpo")
     qs = questions()
     walls, cpus = [], []
@@ -145,18 +148,19 @@ def run_arm(arm: str) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arm", choices=["sleuth-zero2", "sleuth-zero0", "trl"])
+    ap.add_argument("--arm", choices=ARMS)
     a = ap.parse_args()
     if a.arm:
-        result = trl_arm() if a.arm == "trl" else sleuth_arm(int(a.arm[-1]))
+        result = trl_arm() if a.arm == "trl" else sleuth_arm(int(a.arm[len("sleuth-zero")]), "unshared" not in a.arm)
         result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         print(json.dumps(result))
         return
-    results = {arm: run_arm(arm) for arm in ("trl", "sleuth-zero2", "sleuth-zero0")}
+    results = {arm: run_arm(arm) for arm in ARMS}
     base = results["trl"]
     rows = ["| arm | wall s / step | CPU s / step | vs TRL (CPU s) | completion tokens / step | peak RSS GB |",
             "|---|---|---|---|---|---|"]
-    names = {"trl": "TRL GRPOTrainer", "sleuth-zero2": "sleuth, ZeRO-2 (default)", "sleuth-zero0": "sleuth, ZeRO-0"}
+    names = {"trl": "TRL GRPOTrainer", "sleuth-zero2": "sleuth, ZeRO-2 (default)", "sleuth-zero0": "sleuth, ZeRO-0",
+             "sleuth-zero2-unshared": "sleuth, ZeRO-2, each member's prompt in the update (`update.share_prefix: false`)"}
     for arm, r in results.items():
         rows.append(f"| {names[arm]} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['cpu_s'] / base['cpu_s']:.2f}× | "
                     f"{r['tokens']:.0f} | {r['peak_rss_gb']:.1f} |")

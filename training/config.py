@@ -85,6 +85,10 @@ class UpdateConfig:
     # (attention confined to each sequence), the losses see the padded path's numbers. Measured on one
     # update of SmolLM2 (2 CPU cores, 8 DocRead trajectories): 0.82× the padded time, 0.96× its peak memory.
     packing: bool = True
+    # Packed rows lay a common prefix of their sequences out once (a group's prompt): exact, the prompt's
+    # forward and backward paid once per micro-batch instead of once per member. Needs `packing` on a model
+    # that runs SDPA (sleuth's segment attention); elsewhere packed rows hold whole sequences.
+    share_prefix: bool = True
     # The LM head and log-softmax run this many scored positions at a time, each chunk recomputed in the
     # backward pass when there are several: the (n, V) fp32 logits of a long completion are never all kept.
     logit_chunk: int = 1024

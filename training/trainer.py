@@ -84,7 +84,8 @@ class Trainer:
         self.updater = PolicyUpdater(self.engine, cfg.loss, self.pad_id, up.micro_batch_tokens, ref,
                                      temperature=cfg.rollout.temperature, mixing=mixing, epochs=up.epochs,
                                      mini_batches=up.mini_batches, old_logprobs=up.old_logprobs,
-                                     seed=cfg.seed + self.rank, packing=up.packing, logit_chunk=up.logit_chunk)
+                                     seed=cfg.seed + self.rank, packing=up.packing, logit_chunk=up.logit_chunk,
+                                     share_prefix=up.share_prefix)
         self.probe_ids = ChatRenderer(self.tokenizer).prompt_ids(PROBE)
         self.rollout = make_rollout(cfg, self.model_path, dtype, self.probe_ids)
         self.step, version = 0, 0
