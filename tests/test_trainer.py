@@ -79,6 +79,8 @@ def test_train_steps_sync_and_log(tiny_model_dir, tmp_path):
         assert r["sync/max_logit_diff"] <= 1e-3
         assert r["mismatch/mean"] < 1e-3  # transformers engine vs trainer recompute: same model, |Δ| ~ 0
         assert 0 <= r["groups/zero_var_wrong"] <= 1 and r["time/update"] > 0
+        # the process's CPU seconds cover at least the update's own (single-threaded it would equal its wall)
+        assert r["time/step_cpu"] > 0.5 * r["time/update"]
     # the engine runs the trained weights: its probe logits equal the trainer's
     from sleuth.training.rollout import probe_logits
 

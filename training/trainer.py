@@ -141,7 +141,7 @@ class Trainer:
         from sleuth.rewards.base import groups
 
         step = self.step + 1
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         kept, seen, zero_var, stream = self.collect(step)
         self._write_rollouts(step, seen)
         t1 = time.perf_counter()
@@ -166,8 +166,10 @@ class Trainer:
             "groups": len(groups(seen)), "zero_var": dict(zero_var), "gen_tokens": sum(t.num_policy_tokens for t in seen),
             "stream": stream, **upd,
         }
+        # step_cpu: this process's CPU seconds over the step, all its threads (episodes per CPU-minute is
+        # what a CPU run is limited by); a vLLM server's own are not in it
         row = self._summarise(_gather(local), {"rollout": t1 - t0, "reward": t2 - t1, "update": t3 - t2,
-                                               "sync": t4 - t3}, sync)
+                                               "sync": t4 - t3, "step_cpu": time.process_time() - cpu0}, sync)
         if self.logger:
             self.logger.log(step, row)
             if row.get("mismatch/mean", 0) > MISMATCH_WARN and not self.cfg.rollout.max_staleness:  # stale by design
