@@ -51,3 +51,12 @@ def tiny_model_dir(tmp_path_factory) -> str:
     from sleuth.agents.models import tiny_model
 
     return tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(autouse=True)
+def _fp32_on_every_cpu(monkeypatch):
+    """`engine.dtype: auto` picks bf16 on a CPU with AMX-BF16: the suite's numbers must not depend on which
+    machine runs it, so auto means fp32 here. The bf16 path is tested with an explicit `dtype="bf16"`."""
+    from sleuth.training import engine
+
+    monkeypatch.setattr(engine, "cpu_bf16_is_fast", lambda: False)

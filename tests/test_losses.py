@@ -275,3 +275,27 @@ def test_mis_drops_tokens_and_sequences_outside_the_band():
 def test_bad_loss_config_is_refused(bad):
     with pytest.raises(ValueError):
         LossConfig(**bad)
+
+
+@pytest.mark.parametrize("chunk", [2, 1024])
+def test_chunked_logprobs_divide_bf16_logits_by_the_temperature_in_fp32(chunk):
+    """A bf16 model's head returns bf16 logits; dividing them by T = 0.7 in bf16 would round each logit to
+    8 bits of mantissa again (~1e-2 at logits ~5). Logprobs and entropies are those of fp32(logits) / T."""
+    from sleuth.training.losses import chunked_logprobs
+
+    torch.manual_seed(0)
+    hidden = torch.randn(5, 8, dtype=torch.bfloat16)
+    w = torch.randn(8, 50, dtype=torch.bfloat16) * 2
+
+    def head(h):
+        return h @ w
+
+    ids = torch.randint(0, 50, (1, 6))
+    mask = torch.tensor([[0.0, 1, 1, 1, 1, 1]])
+    lp, ent = chunked_logprobs(hidden, head, 0.7, ids, mask, with_entropy=True, chunk=chunk)
+    logsm = torch.log_softmax(head(hidden).float() / 0.7, dim=-1)
+    expected = logsm.gather(-1, ids[0, 1:, None])[:, 0]
+    torch.testing.assert_close(lp[0, 1:], expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(ent[0, 1:], -(logsm.exp() * logsm).sum(-1), rtol=0, atol=1e-5)
+    in_bf16 = torch.log_softmax((head(hidden) / 0.7).float(), dim=-1).gather(-1, ids[0, 1:, None])[:, 0]
+    assert (in_bf16 - expected).abs().max() > 1e-3  # the rounding the test guards against is real here

@@ -12,7 +12,7 @@ import pytest
 import torch
 from train_helpers import fixed_batch, grouped_batch, surrogate
 
-from sleuth.training.engine import DIST_VARS, EngineConfig, build_engine, init_distributed
+from sleuth.training.engine import DIST_VARS, EngineConfig, build_engine, cpu_bf16_is_fast, init_distributed
 from sleuth.training.losses import LossConfig
 from sleuth.training.update import PolicyUpdater
 
@@ -323,3 +323,60 @@ def test_a_lone_process_compiles_no_communication_op(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "(0, 1)" in proc.stdout and "shm op: None" in proc.stdout
     assert not any(tmp_path.iterdir())  # nothing compiled
+
+
+@pytest.mark.parametrize("stage", [0, 2])
+def test_bf16_engine_updates_fp32_masters_started_from_the_exact_weights(tiny_model_dir, stage, tmp_path):
+    """engine.dtype bf16 (what `auto` picks on a CPU with AMX-BF16): the module computes in bf16, AdamW updates
+    fp32 masters that start from the checkpoint's exact fp32 weights (not their bf16 rounding). With a
+    constant gradient AdamW moves every weight by lr a step (m̂/√v̂ = 1): after k steps the masters hold
+    w0 − k·lr·sign g and the module bf16 of that, by hand, and the HF export holds the masters. lr 1e-5 is
+    below half a bf16 step of most weights: from bf16-rounded masters few would move at all."""
+    from sleuth.training.checkpoint import export_hf
+    from sleuth.training.engine import fp32_masters
+
+    lr, k = 1e-5, 6
+    engine = _engine(tiny_model_dir, zero_stage=stage, lr=lr, grad_clip=0.0, dtype="bf16")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    w0 = {n: p.detach() for n, p in AutoModelForCausalLM.from_pretrained(tiny_model_dir).named_parameters()}
+    params = dict(engine.module.named_parameters())
+    assert {p.dtype for p in params.values()} == {torch.bfloat16}
+    assert any((w0[n].to(torch.bfloat16).float() != w0[n]).any() for n in params)  # the rounding is real here
+    for n, m in fp32_masters(engine).items():
+        assert torch.equal(m, w0[n]), n
+    torch.manual_seed(1)
+    signs = {n: torch.randint(0, 2, p.shape).float() * 2 - 1 for n, p in params.items()}
+    for _ in range(k):
+        loss = sum((p.float() * signs[n]).sum() for n, p in engine.module.named_parameters())
+        engine.backward(loss)
+        engine.step()
+    masters = fp32_masters(engine)
+    moved = total = 0
+    for n, p in engine.module.named_parameters():
+        expected = w0[n] - k * lr * signs[n]
+        torch.testing.assert_close(masters[n], expected, rtol=1e-6, atol=1e-7)
+        assert torch.equal(p.detach(), masters[n].to(torch.bfloat16)), n
+        moved += int((p.detach() != w0[n].to(torch.bfloat16)).sum())
+        total += p.numel()
+    assert moved / total > 0.05  # 6e-5 crossed a rounding boundary of a share of the weights
+    out = export_hf(engine, tiny_model_dir, tmp_path / "hf", AutoTokenizer.from_pretrained(tiny_model_dir))
+    exported = dict(AutoModelForCausalLM.from_pretrained(out).named_parameters())
+    for n in params:
+        assert torch.equal(exported[n].detach(), masters[n]), n
+
+
+def test_auto_dtype_is_bf16_only_on_a_cpu_with_amx(monkeypatch):
+    from sleuth.training import engine as eng
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for caps, fast in (({"amx_bf16": True, "avx512_bf16": True}, True), ({"avx512_bf16": True}, False),
+                       ({"avx2": True}, False)):
+        monkeypatch.setattr(torch.cpu, "get_capabilities", lambda caps=caps: caps)
+        assert cpu_bf16_is_fast() is fast  # the real check (conftest pins the module's to fp32)
+    monkeypatch.setattr(eng, "cpu_bf16_is_fast", lambda: True)
+    assert eng.resolved_dtype(EngineConfig()) == torch.bfloat16
+    assert eng.resolved_dtype(EngineConfig(dtype="fp32")) == torch.float32
+    monkeypatch.setattr(eng, "cpu_bf16_is_fast", lambda: False)
+    assert eng.resolved_dtype(EngineConfig()) == torch.float32
+    assert eng.resolved_dtype(EngineConfig(dtype="bf16")) == torch.bfloat16

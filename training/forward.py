@@ -38,7 +38,7 @@ from sleuth.training.packing import layout, use_segment_attention
 @dataclass
 class Scored:
     """What the losses read at the n positions that predict a masked token: log-probabilities and entropies
-    (`logprobs`, the head applied `chunk` positions at a time), or the (n, V) `logits` / temperature."""
+    (`logprobs`, the head applied `chunk` positions at a time), or the (n, V) fp32 `logits` / temperature."""
 
     hidden: torch.Tensor  # (B, L, H): the last hidden state (what a mixing head reads)
     temperature: float
@@ -49,7 +49,7 @@ class Scored:
 
     @property
     def logits(self) -> torch.Tensor:
-        return (self.head(self.selected) if self.full is None else self.full) / self.temperature
+        return (self.head(self.selected) if self.full is None else self.full).float() / self.temperature
 
     def logprobs(self, input_ids: torch.Tensor, mask: torch.Tensor,
                  with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -145,9 +145,11 @@ class ScoredForward:
                             logits_to_keep=1).hidden_states[-1]
         packed = self._packed_hidden(ids, attention)
         real = attention.bool()
-        # bf16 rounds packed and padded kernels apart by ~1e-2; attending across sequences moves them by O(1)
-        tol = 1e-3 if padded.dtype == torch.float32 else 5e-2
-        same = bool(torch.allclose(packed[real].float(), padded[real].float(), rtol=tol, atol=tol))
+        a, b = packed[real].float(), padded[real].float()
+        # per token, |packed − padded| / |padded|: SmolLM2 3e-5 in fp32, 0.016 in bf16 (its kernels round the
+        # two layouts apart); attending across sequences moves it by ~2
+        rel = float(((a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-6)).max())
+        same = rel <= (1e-3 if padded.dtype == torch.float32 else 0.1)
         if not same:
             warnings.warn("this model attends across packed sequences (position ids and no attention mask are "
                           "not read as packing): update.packing is off for it, micro-batches run padded",

@@ -106,7 +106,7 @@ def chunked_logprobs(hidden: torch.Tensor, head: Callable[[torch.Tensor], torch.
     targets = input_ids[:, 1:][sel]
 
     def part(h: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logsm = torch.log_softmax((head(h) / temperature).float(), dim=-1)
+        logsm = torch.log_softmax(head(h).float() / temperature, dim=-1)  # T in fp32: bf16 logits / T round
         lp = logsm.gather(-1, t.unsqueeze(-1)).squeeze(-1)
         ent = -(logsm.exp() * logsm).sum(-1) if with_entropy else lp.new_zeros(lp.shape)
         return lp, ent

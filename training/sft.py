@@ -23,7 +23,14 @@ from sleuth.agents.trajectory import Trajectory
 from sleuth.training import checkpoint
 from sleuth.training.batch import micro_batches
 from sleuth.training.config import CheckpointConfig, ConfigError, to_dict
-from sleuth.training.engine import EngineConfig, build_engine, device, init_distributed, resolved_dtype
+from sleuth.training.engine import (
+    EngineConfig,
+    build_engine,
+    device,
+    init_distributed,
+    load_dtype,
+    resolved_dtype,
+)
 from sleuth.training.forward import ScoredForward
 from sleuth.training.metrics import MetricsLogger, WandbConfig
 from sleuth.training.sft_data import (
@@ -133,7 +140,7 @@ class SFTTrainer:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         torch.manual_seed(cfg.seed + self.rank)
         self.dtype = resolved_dtype(cfg.engine)
-        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype).to(device())
+        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=load_dtype(cfg.engine)).to(device())
         model.config.use_cache = False
         self.engine = build_engine(model, cfg.engine)
         self.forward = ScoredForward(self.engine, self.engine.module, packed=cfg.packing)
@@ -194,7 +201,7 @@ class SFTTrainer:
     def _finish(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         self.save()
         if self.cfg.checkpoint.export_hf:
-            checkpoint.export_hf(self.engine.module, self.model_path, self.out / "hf", self.tokenizer)
+            checkpoint.export_hf(self.engine, self.model_path, self.out / "hf", self.tokenizer)
         return rows
 
     def save(self) -> None:
