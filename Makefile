@@ -108,6 +108,7 @@ bench: setup
 	$(PY) bench/env_server.py
 	$(PY) bench/train_step.py
 	$(PY) bench/trl_grpo.py
+	$(PY) bench/recipe_speed.py
 	$(PY) bench/update_memory.py
 	$(PY) bench/rollout_loop.py
 	$(PY) bench/logit_memory.py

@@ -62,6 +62,7 @@ def smollm2_update_setup(batch, micro_batch_tokens: int, gradient_checkpointing:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(resolve_model("smollm2"), dtype=torch.float32)
     model.config.use_cache = False
-    engine = build_engine(model, EngineConfig(zero_stage=2, lr=1e-9, gradient_checkpointing=gradient_checkpointing))
+    cfg = EngineConfig(zero_stage=2, lr=1e-9, dtype="fp32", gradient_checkpointing=gradient_checkpointing)
+    engine = build_engine(model, cfg)
     upd = PolicyUpdater(engine, LossConfig(entropy_coef=0.01), 0, micro_batch_tokens, temperature=0.8, **updater)
     return upd, trajs, advs

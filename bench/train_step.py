@@ -122,7 +122,8 @@ def optimizer_steps() -> list[str]:
         return times[-1]
 
     def deepspeed(stage: int) -> float:
-        engine = build_engine(AutoModelForCausalLM.from_pretrained(path), EngineConfig(zero_stage=stage, lr=1e-6))
+        cfg = EngineConfig(zero_stage=stage, lr=1e-6, dtype="fp32")
+        engine = build_engine(AutoModelForCausalLM.from_pretrained(path), cfg)
         upd = PolicyUpdater(engine, LossConfig(), pad, micro_batch_tokens=1 << 20)
         times = []
         for _ in range(2):
@@ -204,7 +205,7 @@ def inner_loop() -> list[str]:
     trajs, advs, pad = real_batch()
     path = resolve_model("smollm2")
     n_tok = sum(len(t.token_ids()) for t in trajs)
-    engine = build_engine(AutoModelForCausalLM.from_pretrained(path), EngineConfig(zero_stage=2, lr=1e-5))
+    engine = build_engine(AutoModelForCausalLM.from_pretrained(path), EngineConfig(zero_stage=2, lr=1e-5, dtype="fp32"))
     shapes = [(1, 1), (2, 1), (2, 2)]
     times: dict[tuple[int, int], list[float]] = {s: [] for s in shapes}
     clip: dict[tuple[int, int], float] = {}
@@ -233,7 +234,8 @@ def stages() -> list[str]:
 
     out = Path(tempfile.mkdtemp(prefix="sleuth-bench-train-"))
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "docread_quick.yaml",
-                      {"out": str(out), "max_steps": 1, "checkpoint.export_hf": False, "tensorboard": False})
+                      {"out": str(out), "max_steps": 1, "checkpoint.export_hf": False, "tensorboard": False,
+                       "engine.dtype": "fp32"})
     row = Trainer(cfg, progress=False).train()[0]
     total = sum(row[f"time/{k}"] for k in ("rollout", "reward", "update", "sync"))
     lines = ["| stage | s | share |", "|---|---|---|"]

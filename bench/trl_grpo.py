@@ -11,6 +11,11 @@ with a group's prompt laid out once, and, as a third arm, without that), then th
 engine (verified). TRL: `GRPOTrainer` (generation with the training model itself,
 so it has no sync).
 
+Two more arms at the other precision each side offers: TRL with `bf16=True` (on the CPU, HF's Trainer keeps
+fp32 weights and runs under bf16 autocast) and sleuth ZeRO-0 with `engine.dtype: bf16` (bf16 weights with
+fp32 masters, the rollout engine in bf16; what `auto` picks on a CPU with AMX-BF16). They are compared
+with each other; on a CPU without AMX-BF16 both are slow (bf16 there is emulated).
+
 Each arm runs in a fresh process (peak memory is per arm): a warm-up step, then 3 measured steps; wall and
 CPU seconds per step are the medians. Run: `.venv/bin/python bench/trl_grpo.py` (part of `make bench`).
 """
@@ -29,7 +34,7 @@ import time
 from common import publish
 
 PROMPTS, GROUP, TOKENS, STEPS, LR = 4, 4, 32, 3, 1e-6
-ARMS = ("trl", "sleuth-zero2", "sleuth-zero0", "sleuth-zero2-unshared")
+ARMS = ("trl", "sleuth-zero2", "sleuth-zero0", "sleuth-zero2-unshared", "trl-bf16", "sleuth-zero0-bf16")
 
 
 def questions() -> list[tuple[str, str, list[str]]]:
@@ -47,7 +52,7 @@ def reward(text: str, answers: list[str]) -> float:
     return max(token_f1(text, a) for a in answers)
 
 
-def sleuth_arm(zero_stage: int, share_prefix: bool = True) -> dict[str, float]:
+def sleuth_arm(zero_stage: int, share_prefix: bool = True, dtype: str = "fp32") -> dict[str, float]:
     import numpy as np
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -62,7 +67,7 @@ def sleuth_arm(zero_stage: int, share_prefix: bool = True) -> dict[str, float]:
 
     init_distributed()
     path = resolve_model("smollm2")
-    engine = build_engine(AutoModelForCausalLM.from_pretrained(path), EngineConfig(zero_stage=zero_stage, lr=LR))
+    engine = build_engine(AutoModelForCausalLM.from_pretrained(path), EngineConfig(zero_stage=zero_stage, lr=LR, dtype=dtype))
     tok = AutoTokenizer.from_pretrained(path)
     probe = tok.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True, return_dict=False)
     rollout = TransformersRollout(path, "cpu", engine.module.dtype, probe, 1e-3, max_batch=PROMPTS * GROUP)
@@ -94,7 +99,7 @@ def sleuth_arm(zero_stage: int, share_prefix: bool = True) -> dict[str, float]:
             "tokens": sum(len(g.ids) for g in gens)}
 
 
-def trl_arm() -> dict[str, float]:
+def trl_arm(bf16: bool = False) -> dict[str, float]:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -122,7 +127,7 @@ def trl_arm() -> dict[str, float]:
 
     clock = Clock()
     with tempfile.TemporaryDirectory() as out:
-        args = GRPOConfig(output_dir=out, use_cpu=True, bf16=False, per_device_train_batch_size=PROMPTS * GROUP,
+        args = GRPOConfig(output_dir=out, use_cpu=True, bf16=bf16, per_device_train_batch_size=PROMPTS * GROUP,
                           num_generations=GROUP, max_completion_length=TOKENS,
                           generation_kwargs={"min_new_tokens": TOKENS}, temperature=1.0, top_p=1.0,
                           learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
@@ -151,22 +156,27 @@ def main() -> None:
     ap.add_argument("--arm", choices=ARMS)
     a = ap.parse_args()
     if a.arm:
-        result = trl_arm() if a.arm == "trl" else sleuth_arm(int(a.arm[len("sleuth-zero")]), "unshared" not in a.arm)
+        bf16 = a.arm.endswith("-bf16")
+        result = trl_arm(bf16) if a.arm.startswith("trl") else \
+            sleuth_arm(int(a.arm[len("sleuth-zero")]), "unshared" not in a.arm, "bf16" if bf16 else "fp32")
         result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         print(json.dumps(result))
         return
     results = {arm: run_arm(arm) for arm in ARMS}
-    base = results["trl"]
     rows = ["| arm | wall s / step | CPU s / step | vs TRL (CPU s) | completion tokens / step | peak RSS GB |",
             "|---|---|---|---|---|---|"]
     names = {"trl": "TRL GRPOTrainer", "sleuth-zero2": "sleuth, ZeRO-2 (default)", "sleuth-zero0": "sleuth, ZeRO-0",
-             "sleuth-zero2-unshared": "sleuth, ZeRO-2, each member's prompt in the update (`update.share_prefix: false`)"}
+             "sleuth-zero2-unshared": "sleuth, ZeRO-2, each member's prompt in the update (`update.share_prefix: false`)",
+             "trl-bf16": "TRL GRPOTrainer, `bf16=True` (on the CPU: fp32 weights, bf16 autocast)",
+             "sleuth-zero0-bf16": "sleuth, ZeRO-0, `engine.dtype: bf16` (bf16 weights, fp32 masters; engine in bf16)"}
     for arm, r in results.items():
+        base = results["trl-bf16" if arm.endswith("-bf16") else "trl"]
         rows.append(f"| {names[arm]} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['cpu_s'] / base['cpu_s']:.2f}× | "
                     f"{r['tokens']:.0f} | {r['peak_rss_gb']:.1f} |")
     publish("trl_grpo", "One GRPO step: sleuth vs TRL's GRPOTrainer",
-            f"{PROMPTS} prompts × {GROUP} completions × {TOKENS} tokens, SmolLM2 fp32 on the CPU, medians of "
-            f"{STEPS} steps after a warm-up, each arm in a fresh process:\n\n" + "\n".join(rows))
+            f"{PROMPTS} prompts × {GROUP} completions × {TOKENS} tokens, SmolLM2 on the CPU, medians of "
+            f"{STEPS} steps after a warm-up, each arm in a fresh process; bf16 arms against TRL's bf16, the "
+            "others against its fp32:\n\n" + "\n".join(rows))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,106 @@
+"""DocRead episodes per CPU-minute of `make run`'s RL recipe, side by side in one run.
+
+Each arm trains `configs/docread_cigpo.yaml` (CIGPO, 2 tasks × a group of 4 = 8 episodes a step, SmolLM2)
+from the same model, seeds and tasks, for a warm-up step and 3 measured steps, each in a fresh process;
+the figure is episodes / CPU-minute of the whole step (rollout, reward, update, sync: `time/step_cpu`),
+median over the measured steps, plus wall seconds, the update's share and the engine–trainer logprob
+mismatch (bf16 rounds the engine's incremental decoding and the trainer's packed forward apart).
+
+Arms:
+- `switches off`: the levers that have a switch turned off, as the loop ran when DocRead steps took
+  100–180 CPU s for 8 episodes: ZeRO-2, fp32, no shared prompt in packed updates, no KV kept across turns.
+  Levers without a switch stay on (the LM head on scored positions only, a group's prompt prefilled once,
+  fused AdamW, no shm op build), so this arm is faster than the loop was then: its ratio understates.
+- `recipe, fp32`: the recipe as a CPU without AMX-BF16 runs it.
+- `recipe`: the recipe as configured (`engine.dtype: auto`: bf16 where the CPU has AMX-BF16).
+
+Run: `.venv/bin/python bench/recipe_speed.py [--model DIR]` (default: the warm start `runs/main/sft/hf`
+that `make run` writes, else SmolLM2 itself; the warm start's episodes are the ones RL trains on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from common import publish
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = 4  # the first is a warm-up
+ARMS = {
+    "switches off": {"engine.zero_stage": 2, "engine.dtype": "fp32", "update.share_prefix": False,
+                     "rollout.kv_keep_mb": 0},
+    "recipe, fp32": {"engine.dtype": "fp32"},
+    "recipe": {},
+}
+
+
+def arm(model: str, overrides: dict) -> dict:
+    """One arm in this process: train STEPS steps, return the per-step metrics rows."""
+    from sleuth.training.config import load_config
+    from sleuth.training.engine import resolved_dtype
+    from sleuth.training.trainer import Trainer
+
+    with tempfile.TemporaryDirectory() as out:
+        cfg = load_config(ROOT / "configs" / "docread_cigpo.yaml",
+                          {"model": model, "out": out, "max_steps": STEPS, "checkpoint.every": 0,
+                           "checkpoint.export_hf": False, "tensorboard": False, **overrides})
+        rows = Trainer(cfg, progress=False).train()
+    return {"dtype": str(resolved_dtype(cfg.engine)).removeprefix("torch."), "rows": rows,
+            "episodes": cfg.rollout.tasks_per_step * cfg.rollout.group_size}
+
+
+def run_arm(name: str, model: str) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--model", model, "--arm", name], capture_output=True,
+                          text=True)
+    line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")), None)
+    if proc.returncode or line is None:
+        raise RuntimeError(f"arm {name!r} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(line)
+
+
+def cpu_name() -> str:
+    import torch
+
+    model = next((x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines()
+                  if x.startswith("model name")), "unknown CPU") if Path("/proc/cpuinfo").exists() else "unknown CPU"
+    caps = torch.cpu.get_capabilities()
+    feats = [f for f in ("amx_bf16", "avx512_bf16", "avx512_f", "avx2") if caps.get(f)]
+    return f"{model} ({', '.join(feats) or 'no AVX2'}), {torch.get_num_threads()} threads"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=None, help="start model (default: runs/main/sft/hf if present, else smollm2)")
+    ap.add_argument("--arm", choices=list(ARMS), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    model = args.model or ("runs/main/sft/hf" if Path("runs/main/sft/hf/config.json").exists() else "smollm2")
+    if args.arm:
+        print(json.dumps(arm(model, ARMS[args.arm])))
+        return
+    results = {name: run_arm(name, model) for name in ARMS}
+    lines = [f"Model `{model}`, `configs/docread_cigpo.yaml`, 8 episodes a step; {cpu_name()}. Medians over "
+             f"steps 2–{STEPS} (step 1 is a warm-up); each arm in a fresh process.", "",
+             "| arm | dtype | CPU s / step | wall s / step | update share of wall | episodes / CPU-min | ratio vs switches off | engine–trainer mean |Δlogp| |",
+             "|---|---|---|---|---|---|---|---|"]
+    base = None
+    for name, res in results.items():
+        rows = res["rows"][1:]
+        cpu = statistics.median(r["time/step_cpu"] for r in rows)
+        wall = statistics.median(sum(r[f"time/{k}"] for k in ("rollout", "reward", "update", "sync")) for r in rows)
+        update = statistics.median(r["time/update"] for r in rows)
+        mismatch = statistics.median(r["mismatch/mean"] for r in rows)
+        rate = res["episodes"] / (cpu / 60)
+        base = base or rate
+        lines.append(f"| {name} | {res['dtype']} | {cpu:.1f} | {wall:.1f} | {update / wall:.0%} | {rate:.1f} | "
+                     f"{rate / base:.2f} | {mismatch:.1e} |")
+    publish("recipe_speed", "DocRead RL recipe: episodes per CPU-minute", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
