@@ -5,7 +5,7 @@ Run: `.venv/bin/python bench/ablate.py [--budget EPISODES] [--eval-limit N] [--o
 defaults: 32 episodes per estimator (4 steps of 2 tasks × 4 from `configs/docread_cigpo.yaml`), from the
 warm start `runs/main/sft/hf` (`make run` builds it; built here when missing), 24 HotpotQA test questions,
 greedy, text harness; ~80 min for all eleven on 2 cores. On a GPU raise `--budget` (and the recipe's group
-size with `--set`). `--smoke` runs every variant for one step on a randomly initialised tiny model of the
+size with `--set rollout.group_size=16`, applied to every variant). `--smoke` runs every variant for one step on a randomly initialised tiny model of the
 same architecture to check the plumbing in minutes: its numbers mean nothing.
 
 Writes `runs/ablate/ablation.md` (per estimator: EM, F1, support recall of reads, tool-call error rate and
@@ -82,6 +82,9 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=32, help="training episodes per estimator")
     ap.add_argument("--eval-limit", type=int, default=24)
     ap.add_argument("--only", help="comma list of variants")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a key of the recipe for every variant, e.g. --set rollout.group_size=8 "
+                         "(repeatable; the budget is counted with the overridden group size and tasks per step)")
     ap.add_argument("--out", default="runs/ablate")
     ap.add_argument("--smoke", action="store_true", help="tiny random model, one step, two eval questions")
     ap.add_argument("--report", action="store_true", help="only rewrite the report from the finished variants")
@@ -91,12 +94,17 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown variant(s) {unknown}; known: {', '.join(VARIANTS)}")
     out = Path(args.out)
-    from sleuth.training.config import load_config
+    from sleuth.cli_args import parse_kv
+    from sleuth.training.config import ConfigError, load_config
 
-    base = load_config(args.config)
+    try:
+        base = load_config(args.config, parse_kv(args.set, flag="--set"))
+    except ConfigError as e:  # before any variant runs: a typo would otherwise fail eleven trainings
+        ap.error(str(e))
     per_step = base.rollout.tasks_per_step * base.rollout.group_size
     args.steps = max(1, args.budget // per_step)
-    common = ["--set", "checkpoint.export_hf=true", "--set", "tensorboard=false", "--set", "checkpoint.every=0"]
+    common = [*(a for s in args.set for a in ("--set", s)),
+              "--set", "checkpoint.export_hf=true", "--set", "tensorboard=false", "--set", "checkpoint.every=0"]
     eval_extra: list[str] = []
     model = args.warm_start
     if args.smoke:
@@ -211,7 +219,8 @@ def write(out: Path, rows: list[dict], args: argparse.Namespace) -> None:
              f"each ({args.steps} step{'s' * (args.steps > 1)}), same seeds and tasks; held-out: the same {args.eval_limit} HotpotQA test "
              "questions for every row, greedy, text harness. Each cell: the mean over questions with its 95% "
              f"bootstrap CI, then the paired differences against the warm start and against {BASELINE}, each "
-             "with its 95% paired-bootstrap CI (`*`: the CI excludes 0).",
+             "with its 95% paired-bootstrap CI (`*`: the CI excludes 0)."
+             + (f" Recipe overrides for every variant: {', '.join(f'`{o}`' for o in args.set)}." if args.set else ""),
              "", *table(rows, warm), "", "![learning curves](curves.png)"]
     report = "\n".join(lines)
     (out / "ablation.md").write_text(f"# Estimator ablation\n\n{report}\n")
