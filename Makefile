@@ -116,7 +116,7 @@ bench: setup
 	$(PY) bench/hf_logprobs.py
 
 # Every advantage estimator from the warm start (runs/main/sft/hf, built if missing), same seeds and episode budget,
-# DocRead train → the same held-out test questions (~8 min per estimator on 2 cores; `--budget` scales it).
+# DocRead train → the same 48 held-out test questions (3–8 min per estimator on 2 cores; `--budget` scales it).
 ablate: setup
 	$(PY) bench/ablate.py
 
