@@ -62,7 +62,8 @@ def _scripted(cls_name: str) -> Any:
 # The scripted baselines by name: a factory `(tokenizer, seed) -> Policy` each.
 SCRIPTED_POLICIES: Registry[Any] = Registry("scripted policy")
 for _name, _cls in {"random": "RandomReader", "first-k": "FirstKReader", "oracle": "Oracle",
-                    "oracle-title": "TitleOracle", "noop": "Noop"}.items():
+                    "oracle-title": "TitleOracle", "lexical": "LexicalReader",
+                    "oracle-lexical": "LexicalOracle", "noop": "Noop"}.items():
     SCRIPTED_POLICIES.register(_name, _scripted(_cls), "sleuth")
 SCRIPTED = tuple(SCRIPTED_POLICIES.names())
 

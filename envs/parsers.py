@@ -143,7 +143,7 @@ class TextParser(ToolCallParser):
     lines it spans. Tools with several arguments take a JSON object: `name {...}`."""
 
     name = "text"
-    _FILLER = r"(?:\s+(?:is|was|would be|to [^:\n]{0,60}? is))?"
+    _FILLER = r"(?:\s+(?:is|was|would be|to [^:\n]{0,60}? is)\b)?"  # \b: `read Isaac Newton` keeps "Is"
 
     def parse(self, text: str, tools: Mapping[str, Tool]) -> ParseResult:
         names = "|".join(re.escape(n) for n in sorted(tools, key=len, reverse=True))

@@ -42,6 +42,10 @@ def test_text_commands():
     assert calls(T.parse("The answer to this question is: 6", TOOLS)) == [("answer", {"text": "6"})]
     assert calls(T.parse('answer "yes"', TOOLS)) == [("answer", {"text": "yes"})]
     assert calls(T.parse('read {"doc": 2}', TOOLS)) == [("read", {"doc": 2})]
+    # a filler word ("is", "was") only as a whole word: these titles start with its letters
+    assert calls(T.parse("read Ishtup-Ishar", TOOLS)) == [("read", {"doc": "Ishtup-Ishar"})]
+    assert calls(T.parse("answer: Wasilla", TOOLS)) == [("answer", {"text": "Wasilla"})]
+    assert calls(T.parse("answer Isaac Newton", TOOLS)) == [("answer", {"text": "Isaac Newton"})]
     assert "no command found" in T.parse("Hello there", TOOLS).error
     assert "no command found" in T.parse("read", TOOLS).error  # a bare tool name without its argument
 
