@@ -54,11 +54,11 @@ class DocReadEnv(QAEnv):
             if 0 <= doc < len(self.docs):
                 return doc
             raise ToolError(f"no document [{doc}]: choose a number from 0 to {len(self.docs) - 1}")
-        wanted = doc.strip().strip("[]\"'.").strip().lower()
+        wanted = _bare(doc)
         if wanted.isdigit():
             return self._resolve(int(wanted))
         for i, d in enumerate(self.docs):
-            if d["title"].lower() == wanted:
+            if _bare(d["title"]) == wanted:  # both sides alike: `read Joseph Seamon Cotter Sr.` finds "...Sr."
                 return i
         raise ToolError(f"no document titled {doc!r}: give its number from 0 to {len(self.docs) - 1}")
 
@@ -68,3 +68,8 @@ class DocReadEnv(QAEnv):
 
     def verifier_context(self) -> dict[str, Any]:
         return {"evidence": [r["title"] for r in self.reads]}
+
+
+def _bare(title: str) -> str:
+    """A title as a read names it: case, surrounding brackets, quotes and a final period do not matter."""
+    return " ".join(title.strip().strip("[]\"'.").split()).lower()

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import gymnasium
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -229,3 +231,16 @@ def test_a_tool_call_result_says_final_and_error_as_fields():
     assert read_tool.call({"doc": 99}).error == "tool 'read' failed: RuntimeError: bug"
     assert read_tool.call({}).error.startswith("missing argument(s) ['doc']")
     assert answer_tool.call({"text": " Paris "}) == ToolResult("Paris", final=True)
+
+
+def test_read_by_title_matches_a_title_ending_in_a_period(hotpot_tasks):
+    """A text-harness argument loses its final period (`read Joseph Seamon Cotter Sr.` once failed to find
+    "Joseph Seamon Cotter Sr."): the title is normalised the same way as the argument."""
+    task = hotpot_tasks[0]
+    docs = [dict(d) for d in task.payload["docs"]]
+    docs[3]["title"] = "Joseph Seamon Cotter Sr."
+    env = sleuth.make("DocRead-v0", harness="text")
+    env.reset(options={"task": replace(task, payload={**task.payload, "docs": docs})})
+    for action in ("read Joseph Seamon Cotter Sr.", "read  joseph seamon  cotter sr", 'read "Joseph Seamon Cotter Sr."'):
+        _, _, _, _, info = env.step(action)
+        assert info["read"]["doc"] == 3, action
