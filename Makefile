@@ -81,9 +81,9 @@ verl: $(VERL_STAMP)
 # Re-running continues where it stopped (finished episodes and checkpoints are kept).
 run: setup
 	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
-		--policy oracle,first-k,random --harness json --out runs/main/json
+		--policy oracle,first-k,random,lexical --harness json --out runs/main/json
 	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
-		--policy oracle,first-k,random,smollm2 --harness text --out runs/main
+		--policy oracle,first-k,random,lexical,smollm2 --harness text --out runs/main
 	$(VENV)/bin/sleuth sft --config configs/docread_sft.yaml --out runs/main/sft --resume
 	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
 		--policy runs/main/sft/hf --harness text --out runs/main/sft-text

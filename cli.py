@@ -282,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--env", default="sleuth/DocRead-v0", help="a registered env id (`sleuth envs` lists them)")
     e.add_argument("--tasks", required=True, help="NAME:SPLIT or NAME:PATH (e.g. hotpotqa:test)")
     e.add_argument("--policy", default="smollm2",
-                   help="comma list of: smollm2, random, first-k, oracle, oracle-title, noop (answers nothing), a local "
+                   help="comma list of: smollm2, random, first-k, lexical (reads titles the question and read text name), oracle, "
+                        "oracle-title, oracle-lexical, noop (answers nothing), a local "
                         "model directory or a hub id already in the local Hugging Face cache")
     e.add_argument("--harness", default="json", help="comma list of tool-call formats: json (Hermes/OpenAI JSON "
                    "calls), text (`read 3`), tags (`<search>q</search>`, Search-R1 style)")

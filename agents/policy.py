@@ -1,5 +1,6 @@
 """The policy interface (token ids in, token ids + sampling logprobs out, batched across episodes) and
-`load_policy("smollm2" | "random" | "first-k" | "oracle" | "oracle-title" | "noop" | <local path> | <hub id>)`."""
+`load_policy("smollm2" | "random" | "first-k" | "lexical" | "oracle" | "oracle-title" | "oracle-lexical" | "noop" |
+<local path> | <hub id>)`."""
 
 from __future__ import annotations
 
