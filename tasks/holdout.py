@@ -26,7 +26,9 @@ def normalise_question(text: str) -> str:
 
 def held_out_specs(train_spec: str, extra: Iterable[str | None] = ()) -> list[str]:
     """Task specs training on `train_spec` must stay disjoint from; refuses training on a test split."""
-    name, _, rest = train_spec.partition(":")
+    from sleuth.tasks.registry import parse_slice
+
+    name, _, rest = parse_slice(train_spec)[0].partition(":")  # a range of a test split is a test split
     split = Path(rest).stem if rest else ""
     if split == HELD_OUT_SPLIT:
         raise LeakageError(f"{train_spec} is a held-out test split: train on train/dev splits, evaluate on test")

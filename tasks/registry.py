@@ -9,6 +9,7 @@ the same layout as the shared data, so users evaluate on their own files.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,8 +79,28 @@ def data_dir() -> Path:
                             "SLEUTH_DATA to it, or pass NAME:PATH to a JSONL file")
 
 
+_SLICE = re.compile(r"^(?P<spec>.+)\[(?P<start>-?\d*):(?P<stop>-?\d*)\]$")
+
+
+def parse_slice(spec: str) -> tuple[str, slice | None]:
+    """`hotpotqa:train[200:]` → (`hotpotqa:train`, slice(200, None)): a range of a split in the idiom of
+    `datasets` split strings (integers only), so SFT and RL can take disjoint parts of one split."""
+    m = _SLICE.match(spec)
+    if not m:
+        return spec, None
+    bound = [int(x) if x else None for x in (m["start"], m["stop"])]
+    return m["spec"], slice(*bound)
+
+
 def load_tasks(spec: str, limit: int | None = None) -> list[Task]:
-    """Load tasks from `NAME`, `NAME:SPLIT`, `NAME:PATH`, or a plain path to a Task JSONL file."""
+    """Load tasks from `NAME`, `NAME:SPLIT`, `NAME:PATH`, or a plain path to a Task JSONL file; any of them
+    may end in a range `[start:stop]`."""
+    base, part = parse_slice(spec)
+    if part is not None:
+        tasks = load_tasks(base)[part]
+        if not tasks:
+            raise ValueError(f"{spec} selects no tasks: {base} has {len(load_tasks(base))}")
+        return tasks[:limit] if limit is not None else tasks
     if ":" not in spec and Path(spec).is_file():
         tasks = list(read_tasks(spec))
         return tasks[:limit] if limit is not None else tasks

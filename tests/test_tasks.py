@@ -97,3 +97,18 @@ def test_cli_eval_on_a_broken_task_file_is_one_line(tmp_path, capsys):
     assert main(["eval", "--tasks", f"hotpotqa:{tmp_path / 'broken.jsonl'}", "--policy", "oracle",
                  "--out", str(tmp_path / "o")]) == 2
     assert "broken.jsonl line 1: not valid JSON" in capsys.readouterr().err
+
+
+def test_a_range_of_a_split_loads_that_part_and_still_counts_as_its_split():
+    """`NAME:SPLIT[a:b]` (as `datasets` split strings) lets SFT and RL take disjoint parts of one split; a
+    range of the test split is still refused for training, and a range that selects nothing is an error."""
+    from sleuth.tasks import LeakageError, held_out_specs
+
+    whole = load_tasks("hotpotqa:train")
+    assert [t.id for t in load_tasks("hotpotqa:train[200:]")] == [t.id for t in whole[200:]]
+    assert [t.id for t in load_tasks("hotpotqa:train[:5]", limit=3)] == [t.id for t in whole[:3]]
+    assert [t.id for t in load_tasks("hotpotqa:train[-2:]")] == [t.id for t in whole[-2:]]
+    with pytest.raises(LeakageError, match="held-out test split"):
+        held_out_specs("hotpotqa:test[0:10]")
+    with pytest.raises(ValueError, match=r"selects no tasks: hotpotqa:train has 300"):
+        load_tasks("hotpotqa:train[300:]")
