@@ -220,3 +220,15 @@ def test_gear_mix_through_the_trainer(tiny_model_dir, tmp_path):
     assert row["mix/w0"] == pytest.approx(0.5) and row["mix/w1"] == pytest.approx(0.5)  # uniform at the start
     assert row["grad_norm"] > 0
     assert np.isfinite(row["adv/mean"]) and np.isfinite(row["loss/mix"])  # the mixed advantage the loss used
+
+
+def test_measurement_switches_reach_the_engine_and_the_update(tiny_model_dir, tmp_path):
+    """`rollout.share_prefill` and `update.full_logits` (the arms bench/recipe_speed.py turns off) are read by
+    the parts that act on them, not just parsed."""
+    from sleuth.training.trainer import Trainer
+
+    for on in (True, False):
+        trainer = Trainer(_cfg(tiny_model_dir, tmp_path / str(on), **{"rollout.share_prefill": on,
+                                                                      "update.full_logits": not on}), progress=False)
+        assert trainer.rollout.policy.share_prefill is on
+        assert trainer.updater.policy.full_logits is (not on)

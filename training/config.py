@@ -42,6 +42,9 @@ class RolloutConfig:
     # The transformers engine keeps each episode's KV states (prompt and generation) up to this many MB, so
     # a next turn prefills only the env's reply; dropped at every weight sync. 0 prefills every turn in full.
     kv_keep_mb: int = 1024
+    # A group's identical prompts are prefilled once and the KV cache copied to each member; False prefills
+    # every member's prompt (as sleuth did before; measurement).
+    share_prefill: bool = True
     lockstep: bool = False  # release requests in rounds, as sleuth did before the continuous loop (measurement)
     # Asynchronous training: rollouts go on while the trainer updates, at most `max_staleness` versions
     # behind (0: the synchronous loop, sample then train). Staler groups are dropped and counted.
@@ -92,6 +95,9 @@ class UpdateConfig:
     # The LM head and log-softmax run this many scored positions at a time, each chunk recomputed in the
     # backward pass when there are several: the (n, V) fp32 logits of a long completion are never all kept.
     logit_chunk: int = 1024
+    # The head over every position, then the scored rows, as the update ran before the head moved onto the
+    # scored positions: the same loss and gradient at more cost (measurement, like `rollout.lockstep`).
+    full_logits: bool = False
     # PPO's inner loop (verl's ppo_epochs / ppo_mini_batch_size): the step's trajectories are split into
     # `mini_batches` parts, one optimizer step each, and the pass is repeated `epochs` times.
     epochs: int = 1

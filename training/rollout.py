@@ -39,11 +39,11 @@ class TransformersRollout:
     engine would): the sync copies the trainer's full weights into it."""
 
     def __init__(self, model_path: str, device: str | None, dtype: torch.dtype, probe_ids: list[int],
-                 tolerance: float, max_batch: int = 16, kv_keep_mb: int = 1024):
+                 tolerance: float, max_batch: int = 16, kv_keep_mb: int = 1024, share_prefill: bool = True):
         from sleuth.agents.hf import TransformersPolicy
 
         self.policy = TransformersPolicy(model_path, device=device, dtype=dtype, max_batch=max_batch,
-                                         kv_keep_mb=kv_keep_mb)
+                                         kv_keep_mb=kv_keep_mb, share_prefill=share_prefill)
         self.probe_ids, self.tolerance = probe_ids, tolerance
 
     def sync(self, module: torch.nn.Module) -> dict[str, float]:
@@ -75,4 +75,5 @@ def make_rollout(cfg: Any, model_path: str, dtype: torch.dtype, probe_ids: list[
 
         return VLLMRollout(cfg, model_path, probe_ids)
     return TransformersRollout(model_path, str(device()), dtype, probe_ids, cfg.update.sync_tolerance,
-                               max_batch=cfg.rollout.concurrency, kv_keep_mb=cfg.rollout.kv_keep_mb)
+                               max_batch=cfg.rollout.concurrency, kv_keep_mb=cfg.rollout.kv_keep_mb,
+                               share_prefill=cfg.rollout.share_prefill)

@@ -93,7 +93,7 @@ class Trainer:
                                      temperature=cfg.rollout.temperature, mixing=mixing, epochs=up.epochs,
                                      mini_batches=up.mini_batches, old_logprobs=up.old_logprobs,
                                      seed=cfg.seed + self.rank, packing=up.packing, logit_chunk=up.logit_chunk,
-                                     share_prefix=up.share_prefix)
+                                     share_prefix=up.share_prefix, full_logits=up.full_logits)
         self.probe_ids = ChatRenderer(self.tokenizer).prompt_ids(PROBE)
         self.rollout = make_rollout(cfg, self.model_path, dtype, self.probe_ids)
         self.step, version = 0, 0

@@ -53,7 +53,7 @@ class PolicyUpdater:
     def __init__(self, engine: Any, loss: LossConfig, pad_id: int, micro_batch_tokens: int,
                  ref: torch.nn.Module | None = None, temperature: float = 1.0, mixing: Mixing | None = None,
                  epochs: int = 1, mini_batches: int = 1, old_logprobs: str = "recompute", seed: int = 0,
-                 packing: bool = True, logit_chunk: int = 1024, share_prefix: bool = True):
+                 packing: bool = True, logit_chunk: int = 1024, share_prefix: bool = True, full_logits: bool = False):
         if old_logprobs not in ("recompute", "rollout"):
             raise ValueError(f"old_logprobs must be recompute or rollout; got {old_logprobs!r}")
         if epochs < 1 or mini_batches < 1:
@@ -64,9 +64,9 @@ class PolicyUpdater:
         # The policy being optimised is the sampling distribution softmax(logits / T), as in the rollouts.
         self.temperature = temperature if temperature > 0 else 1.0
         self.policy = ScoredForward(engine, engine.module, self.temperature, packed=packing, chunk=logit_chunk,
-                                    share_prefix=share_prefix)
+                                    share_prefix=share_prefix, full_logits=full_logits)
         self.ref_forward = (ScoredForward(ref, ref, self.temperature, packed=packing, chunk=logit_chunk,
-                                          share_prefix=share_prefix)
+                                          share_prefix=share_prefix, full_logits=full_logits)
                             if ref is not None else None)
         self.mixing = mixing  # GEAR's learned mixing of advantage granularities + EMA self-distillation
         self.epochs, self.mini_batches, self.old_mode = epochs, mini_batches, old_logprobs
