@@ -165,6 +165,33 @@ def test_lora_update_trains_only_adapters(tiny_model_dir):
     assert any(not torch.equal(merged[k], base[k]) for k in base)
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_a_lora_sync_sends_w_plus_ba_and_leaves_the_frozen_weights_alone(tiny_model_dir, dtype):
+    """The synced weights are W + (α/r)·B·A (by hand), the frozen W is bit-identical after several syncs (an
+    in-place merge and unmerge rounds it away in bf16), and the rollout engine passes the sync check: its
+    logits equal the trainer's merged forward exactly."""
+    from sleuth.training.engine import LoraConfig, full_state_dict
+    from sleuth.training.rollout import TransformersRollout
+
+    engine = _engine(tiny_model_dir, zero_stage=0, lr=1e-2, dtype=dtype, lora=LoraConfig(r=4, alpha=8))
+    with torch.no_grad():
+        for name, p in engine.module.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    params = dict(engine.module.named_parameters())
+    frozen = {n: p.detach().clone() for n, p in params.items() if "base_layer" in n}
+    rollout = TransformersRollout(tiny_model_dir, "cpu", engine.module.dtype, [1, 2, 3, 4, 5], tolerance=1e-3)
+    for _ in range(3):
+        state = full_state_dict(engine.module)
+        assert rollout.sync(engine.module)["sync/max_logit_diff"] == 0.0
+    assert all(torch.equal(params[n], w) for n, w in frozen.items())
+    layer = "base_model.model.model.layers.0.self_attn.q_proj"
+    a, b = params[f"{layer}.lora_A.default.weight"].float(), params[f"{layer}.lora_B.default.weight"].float()
+    by_hand = (frozen[f"{layer}.base_layer.weight"].float() + 2.0 * b @ a).to(engine.module.dtype)
+    assert torch.equal(state["model.layers.0.self_attn.q_proj.weight"], by_hand)  # one rounding, not two
+    assert not torch.equal(by_hand, frozen[f"{layer}.base_layer.weight"])  # the adapter does move it
+
+
 def test_two_processes_zero2_and_zero3(tiny_model_dir, tmp_path):
     out = tmp_path / "result.json"
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}

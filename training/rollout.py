@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import torch
 
 from sleuth.agents.policy import Policy
-from sleuth.training.engine import full_state_dict
+from sleuth.training.engine import full_parameters, full_state_dict, lora_merged_weights
 
 
 class WeightSyncError(RuntimeError):
@@ -28,10 +28,20 @@ class RolloutEngine(Protocol):
 
 @torch.no_grad()
 def probe_logits(model: torch.nn.Module, probe_ids: list[int]) -> torch.Tensor:
-    """fp32 logits of the next token after `probe_ids`."""
+    """fp32 logits of the next token after `probe_ids`. A LoRA model runs its merged weights (what a sync
+    sends), not base + adapter: in bf16 the two round apart by far more than a sync check's tolerance."""
+    from peft import PeftModel
+
     dev = next(model.parameters()).device
     ids = torch.tensor([probe_ids], device=dev)
-    return model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0, -1].float().cpu()
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if not isinstance(model, PeftModel):
+        return model(**inputs).logits[0, -1].float().cpu()
+    with full_parameters(model):
+        merged = lora_merged_weights(model)
+        with model.disable_adapter():  # base layers only, their weights swapped for the merged ones
+            logits = torch.func.functional_call(model, merged, args=(), kwargs=inputs).logits
+    return logits[0, -1].float().cpu()
 
 
 class TransformersRollout:
