@@ -41,6 +41,10 @@ ARMS = {
                      "rollout.kv_keep_mb": 0},
     "recipe, fp32": {"engine.dtype": "fp32"},
     "recipe": {},
+    # LoRA on every linear layer of the body: no weight gradients or optimizer states for the frozen
+    # weights, but adapters in every forward and a merge at every sync (a speed arm: not tuned to learn)
+    "recipe + LoRA r 16": {"engine.lora": {"r": 16, "alpha": 32, "target_modules": [
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}},
 }
 
 
