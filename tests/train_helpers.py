@@ -50,3 +50,15 @@ def grouped_batch(groups: int = 2, members: int = 3, prompt_len: int = 24, seed:
             trajs.append(t)
             advs.append(np.full(t.num_policy_tokens, 1.0 if m % 2 == 0 else -1.0))
     return trajs, advs
+
+
+def seeded_engine(model_dir, **kw):
+    """The tiny model, fp32 and seeded, in a DeepSpeed engine built from `EngineConfig(**kw)`."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from sleuth.training.engine import EngineConfig, build_engine, init_distributed
+
+    init_distributed()
+    torch.manual_seed(0)
+    return build_engine(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), EngineConfig(**kw))
