@@ -250,6 +250,6 @@ def full_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
         if isinstance(module, PeftModel):  # LoRA folded into the base weights of the copy only
             base = module.get_base_model()
             merged = lora_merged_weights(base)
-            return {k.replace(".base_layer", ""): merged.get(k, v).detach().clone()
+            return {k.replace(".base_layer", ""): merged[k].detach() if k in merged else v.detach().clone()
                     for k, v in base.state_dict().items() if "lora_" not in k}
         return {k: v.detach().clone() for k, v in module.state_dict().items()}
