@@ -61,8 +61,13 @@ class Trajectory:
     verdict: dict[str, Any] | None = None
     terminated: bool = False
     truncated: bool = False
-    stop_reason: str = ""  # "final", "budget", "context_limit", "error"
-    error: str | None = None  # set when the episode could not run (the task is kept, nothing lost)
+    # "final", "budget", "context_limit", "prompt_too_long" (the first prompt does not fit the context);
+    # failed episodes: "reset_error", "env_error", "engine_error"
+    stop_reason: str = ""
+    # set when the episode failed for infrastructure reasons (the env could not reset or step, the engine
+    # could not generate): such an episode is no answer, so it is never scored nor trained on, and a
+    # resumed run retries it
+    error: str | None = None
     group: str = ""  # group key for group-relative advantages (the task id by default)
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -88,6 +93,11 @@ class Trajectory:
             lps += t.action_logprobs
             lps += [0.0] * len(t.observation_ids)
         return lps
+
+    @property
+    def failed(self) -> bool:
+        """An infrastructure failure, not an outcome of the policy (see `error`)."""
+        return self.error is not None
 
     @property
     def num_policy_tokens(self) -> int:

@@ -15,15 +15,16 @@ DOC = (ROOT / "docs" / "architecture.md").read_text()
 # What each part may import of sleuth (itself aside): the one flow, top to bottom.
 ALLOWED = {
     "cli": None, "cli_args": None, "cli_train": None, "__init__": {"envs", "tasks", "verifiers"},
-    "training": {"rewards", "agents", "envs", "tasks", "verifiers", "net", "registry"},
+    "training": {"rewards", "agents", "envs", "tasks", "verifiers", "net", "registry", "rundir"},
     "rewards": {"agents", "envs", "tasks", "verifiers", "registry"},
-    "agents": {"envs", "tasks", "verifiers", "net", "registry"},
+    "agents": {"envs", "tasks", "verifiers", "net", "registry", "rundir"},
     "synth": {"tasks", "sandbox", "verifiers", "registry"},
     "envs": {"tasks", "verifiers", "sandbox", "net", "registry"},
     "verifiers": {"sandbox", "net", "registry"},
     "tasks": {"registry"},
     "sandbox": set(),
     "net": set(),
+    "rundir": set(),
     "registry": set(),
     "serving": {"net"},  # the deprecated name of net
 }
