@@ -2,12 +2,18 @@
 
 POST   /sessions                  {"kwargs": {...}} → {"session_id"}   (429 beyond max_sessions)
 POST   /sessions/{id}/reset       {"task": {...}, "seed": int?}  → {"observation", "info"}
-POST   /sessions/{id}/step        {"action": "..."}  → {"observation", "reward", "terminated", "truncated", "info"}
+POST   /sessions/{id}/step        {"action": "...", "seq": int?}  → {"observation", "reward", "terminated", "truncated",
+                                  "info"}
 DELETE /sessions/{id}
 GET    /health                    → {"env", "sessions", "max_sessions"}
 Sessions idle longer than `session_timeout_s` are closed by a reaper; unknown ids are 404, a step before
 reset is 409, malformed bodies 422. Env calls run in the server's thread pool (a code env's step waits on
-its sandbox).
+its sandbox), one call at a time per session.
+
+A step is made safe to retry by its `seq` (the client's number for it, counting up within the session):
+the session remembers its last step's number and answer, and a step with that same number gets that
+answer again without stepping the env, so a step whose answer was lost on the way is not taken twice.
+A reset needs no number: a repeated reset starts the same episode again.
 
 (No `from __future__ import annotations`: FastAPI must see the request models as real classes.)"""
 
@@ -43,6 +49,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
 
     class Step(BaseModel):
         action: str = Field(max_length=1_000_000)
+        seq: int | None = None  # the client's number for this step; None: not retried, never replayed
 
     def close(sid: str) -> None:
         with lock:
@@ -86,7 +93,8 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
             if len(sessions) >= max_sessions:
                 return JSONResponse({"detail": f"the server is at its limit of {max_sessions} sessions"}, 429)
             sid = uuid.uuid4().hex
-            sessions[sid] = {"env": None, "used": time.monotonic(), "reset": False}
+            sessions[sid] = {"env": None, "used": time.monotonic(), "reset": False, "lock": threading.Lock(),
+                             "last_step": None}
         try:
             env = make(env_id, **{**(env_kwargs or {}), **req.kwargs})
         except Exception as e:  # a bad kwarg from this client: its mistake, not the server's
@@ -101,12 +109,13 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
         s, err = session(sid)
         if err:
             return err
-        try:
-            s["reset"] = False  # a failed reset leaves nothing to step
-            obs, info = s["env"].reset(seed=req.seed, options={"task": req.task})
-        except (ValueError, TypeError, KeyError) as e:
-            return JSONResponse({"detail": f"reset failed: {type(e).__name__}: {e}"}, 422)
-        s["reset"] = True
+        with s["lock"]:
+            try:
+                s["reset"], s["last_step"] = False, None  # a failed reset leaves nothing to step
+                obs, info = s["env"].reset(seed=req.seed, options={"task": req.task})
+            except (ValueError, TypeError, KeyError) as e:
+                return JSONResponse({"detail": f"reset failed: {type(e).__name__}: {e}"}, 422)
+            s["reset"] = True
         return {"observation": obs, "info": info}
 
     @app.post("/sessions/{sid}/step")
@@ -114,16 +123,22 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
         s, err = session(sid)
         if err:
             return err
-        if not s["reset"]:
-            return JSONResponse({"detail": "reset the session before stepping it"}, 409)
-        try:
-            obs, reward, terminated, truncated, info = s["env"].step(req.action)
-        except RuntimeError as e:  # stepping a finished episode
-            return JSONResponse({"detail": str(e)}, 409)
-        if terminated or truncated:
-            s["reset"] = False
-        return {"observation": obs, "reward": float(reward), "terminated": bool(terminated),
-                "truncated": bool(truncated), "info": info}
+        with s["lock"]:  # a retry that arrives while its first try still runs waits for that try's answer
+            last = s["last_step"]
+            if req.seq is not None and last is not None and last[0] == req.seq:
+                return last[1]  # this step was taken and its answer lost on the way: the same answer again
+            if not s["reset"]:
+                return JSONResponse({"detail": "reset the session before stepping it"}, 409)
+            try:
+                obs, reward, terminated, truncated, info = s["env"].step(req.action)
+            except RuntimeError as e:  # stepping a finished episode
+                return JSONResponse({"detail": str(e)}, 409)
+            if terminated or truncated:
+                s["reset"] = False
+            out = {"observation": obs, "reward": float(reward), "terminated": bool(terminated),
+                   "truncated": bool(truncated), "info": info}
+            s["last_step"] = (req.seq, out) if req.seq is not None else None
+        return out
 
     @app.delete("/sessions/{sid}")
     def delete(sid: str):

@@ -2,21 +2,30 @@
 heavy for the trainer's machine run elsewhere. `url` may list several servers (comma-separated): each
 RemoteEnv takes the next one, round robin, so the agent loop spreads its episodes over them.
 
-Faults: requests time out (never a hang) and a dead or failing server raises `RemoteEnvError`, which the
-agent loop turns into a truncated trajectory with the reason recorded. Opening a session is retried (it is
-idempotent); a step is not (it may have happened)."""
+`tasks=[...]` works as for the built-in envs: a reset without `options={"task": ...}` draws one of them
+(with the env's seeded generator, here) and sends it to the server. Every other keyword builds the env on
+the server (e.g. `harness="text"`).
+
+Faults: requests time out (never a hang); connection failures and 429/502/503/504 answers are retried
+with backoff (`retries` times, counted under "env" in `net.retry_counts()`), then a dead or failing
+server raises `RemoteEnvError`, which the agent loop turns into a failed trajectory with the reason
+recorded. Every request is safe to repeat: opening a session (an unused one is reaped), a reset (it starts
+the same episode again) and a step, which carries a number the server answers a repeat of with the
+step's first answer instead of stepping again."""
 
 from __future__ import annotations
 
 import itertools
 import threading
-import time
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium
 import httpx
+from gymnasium.utils import seeding
 
 from sleuth.envs.base import TextSpace
+from sleuth.net import RetriesExhausted, asend_with_retries, send_with_retries
 
 _next_server = itertools.count()
 _lock = threading.Lock()
@@ -26,59 +35,76 @@ class RemoteEnvError(RuntimeError):
     pass
 
 
+def _pick_url(url: str, cls: str) -> str:
+    """One of the comma-separated `url`s, round robin over the envs made in this process."""
+    urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
+    if not urls:
+        raise ValueError(f"{cls} needs a server url")
+    with _lock:
+        return urls[next(_next_server) % len(urls)]
+
+
+def _task_payload(options: dict[str, Any] | None, tasks: list[Any] | None, rng: Any, cls: str) -> dict[str, Any]:
+    """The task a reset sends: options["task"], else one of `tasks` drawn with `rng` (as ToolEnv draws)."""
+    task = (options or {}).get("task")
+    if task is None:
+        if not tasks:
+            raise ValueError(f"{cls}.reset needs options={{'task': Task}} or an env built with tasks=[...]")
+        task = tasks[int(rng.integers(len(tasks)))]
+    return task.to_dict() if hasattr(task, "to_dict") else dict(task)
+
+
+def _unreachable(url: str, path: str, e: httpx.TransportError) -> RemoteEnvError:
+    detail = str(e) if isinstance(e, RetriesExhausted) else f"{path}: {type(e).__name__}: {e}"
+    return RemoteEnvError(f"env server {url} unreachable: {detail}")
+
+
+def _answer(url: str, path: str, resp: httpx.Response) -> dict[str, Any]:
+    if resp.status_code >= 400:
+        try:
+            detail = resp.json().get("detail")
+        except ValueError:
+            detail = resp.text[:300]
+        raise RemoteEnvError(f"env server {url}{path} answered {resp.status_code}: {detail}")
+    return resp.json()
+
+
 class RemoteEnv(gymnasium.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, url: str, timeout: float = 60.0, retries: int = 2, **env_kwargs: Any):
-        urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
-        if not urls:
-            raise ValueError("RemoteEnv needs a server url")
-        with _lock:
-            self.url = urls[next(_next_server) % len(urls)]
+    def __init__(self, url: str, timeout: float = 60.0, retries: int = 3, backoff_s: float = 0.5,
+                 tasks: Sequence[Any] | None = None, **env_kwargs: Any):
+        self.url = _pick_url(url, "RemoteEnv")
+        self.tasks = list(tasks) if tasks is not None else None
         self.env_kwargs = env_kwargs  # e.g. harness="text": built on the server
-        self.retries = retries
+        self.retries, self.backoff_s = retries, backoff_s
         self._http = httpx.Client(base_url=self.url, timeout=timeout)
         self.session_id: str | None = None
+        self._seq = 0  # the number of the last step sent in this session
         self.observation_space = TextSpace(max_length=1 << 20)
         self.action_space = TextSpace(max_length=1 << 20)
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None, retry: bool = False) -> dict[str, Any]:
-        attempts = self.retries + 1 if retry else 1
-        for attempt in range(attempts):
-            try:
-                resp = self._http.request(method, path, json=body)
-            except httpx.TransportError as e:
-                if attempt + 1 < attempts:
-                    time.sleep(0.2 * 2**attempt)
-                    continue
-                raise RemoteEnvError(f"env server {self.url} unreachable: {type(e).__name__}: {e}") from e
-            if resp.status_code == 429 and attempt + 1 < attempts:
-                time.sleep(0.5 * 2**attempt)
-                continue
-            if resp.status_code >= 400:
-                try:
-                    detail = resp.json().get("detail")
-                except ValueError:
-                    detail = resp.text[:300]
-                raise RemoteEnvError(f"env server {self.url}{path} answered {resp.status_code}: {detail}")
-            return resp.json()
-        raise RemoteEnvError(f"env server {self.url} kept refusing {path}")
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        try:
+            resp = send_with_retries(lambda: self._http.request(method, path, json=body), kind="env",
+                                     what=f"{method} {path}", retries=self.retries, backoff_s=self.backoff_s)
+        except httpx.TransportError as e:
+            raise _unreachable(self.url, path, e) from e
+        return _answer(self.url, path, resp)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        task = (options or {}).get("task")
-        if task is None:
-            raise ValueError("RemoteEnv.reset needs options={'task': Task}")
+        payload = _task_payload(options, self.tasks, self.np_random, "RemoteEnv")
         if self.session_id is None:
-            self.session_id = self._call("POST", "/sessions", {"kwargs": self.env_kwargs}, retry=True)["session_id"]
-        payload = task.to_dict() if hasattr(task, "to_dict") else dict(task)
+            self.session_id = self._call("POST", "/sessions", {"kwargs": self.env_kwargs})["session_id"]
         out = self._call("POST", f"/sessions/{self.session_id}/reset", {"task": payload, "seed": seed})
         return out["observation"], out["info"]
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.session_id is None:
             raise RuntimeError("call reset() before step()")
-        out = self._call("POST", f"/sessions/{self.session_id}/step", {"action": action})
+        self._seq += 1
+        out = self._call("POST", f"/sessions/{self.session_id}/step", {"action": action, "seq": self._seq})
         return out["observation"], out["reward"], out["terminated"], out["truncated"], out["info"]
 
     def close(self) -> None:
@@ -95,39 +121,39 @@ class AsyncRemoteEnv:
     """The same protocol for asyncio code: `await env.reset(options={"task": t})`, `await env.step(a)`,
     `await env.aclose()`. Not a gymnasium.Env (gymnasium's API is synchronous)."""
 
-    def __init__(self, url: str, timeout: float = 60.0, **env_kwargs: Any):
-        urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
-        if not urls:
-            raise ValueError("AsyncRemoteEnv needs a server url")
-        with _lock:
-            self.url = urls[next(_next_server) % len(urls)]
+    def __init__(self, url: str, timeout: float = 60.0, retries: int = 3, backoff_s: float = 0.5,
+                 tasks: Sequence[Any] | None = None, **env_kwargs: Any):
+        self.url = _pick_url(url, "AsyncRemoteEnv")
+        self.tasks = list(tasks) if tasks is not None else None
         self.env_kwargs = env_kwargs
+        self.retries, self.backoff_s = retries, backoff_s
         self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout)
         self.session_id: str | None = None
+        self._seq = 0
+        self.np_random, _ = seeding.np_random()
 
     async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         try:
-            resp = await self._http.request(method, path, json=body)
+            resp = await asend_with_retries(lambda: self._http.request(method, path, json=body), kind="env",
+                                            what=f"{method} {path}", retries=self.retries, backoff_s=self.backoff_s)
         except httpx.TransportError as e:
-            raise RemoteEnvError(f"env server {self.url} unreachable: {type(e).__name__}: {e}") from e
-        if resp.status_code >= 400:
-            raise RemoteEnvError(f"env server {self.url}{path} answered {resp.status_code}: {resp.text[:300]}")
-        return resp.json()
+            raise _unreachable(self.url, path, e) from e
+        return _answer(self.url, path, resp)
 
     async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
-        task = (options or {}).get("task")
-        if task is None:
-            raise ValueError("AsyncRemoteEnv.reset needs options={'task': Task}")
+        if seed is not None:
+            self.np_random, _ = seeding.np_random(seed)
+        payload = _task_payload(options, self.tasks, self.np_random, "AsyncRemoteEnv")
         if self.session_id is None:
             self.session_id = (await self._call("POST", "/sessions", {"kwargs": self.env_kwargs}))["session_id"]
-        payload = task.to_dict() if hasattr(task, "to_dict") else dict(task)
         out = await self._call("POST", f"/sessions/{self.session_id}/reset", {"task": payload, "seed": seed})
         return out["observation"], out["info"]
 
     async def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.session_id is None:
             raise RuntimeError("call reset() before step()")
-        out = await self._call("POST", f"/sessions/{self.session_id}/step", {"action": action})
+        self._seq += 1
+        out = await self._call("POST", f"/sessions/{self.session_id}/step", {"action": action, "seq": self._seq})
         return out["observation"], out["reward"], out["terminated"], out["truncated"], out["info"]
 
     async def aclose(self) -> None:
