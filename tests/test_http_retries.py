@@ -251,3 +251,47 @@ def test_waiting_for_a_server_whose_process_died_stops_at_once():
     with pytest.raises(RuntimeError, match="exited with status 3"):
         wait_healthy(f"http://127.0.0.1:{free_port()}", timeout_s=60, proc=proc)
     assert time.monotonic() - start < 10
+
+
+def flaky_retrieval(failures: int):
+    """A server with the retrieval server's /search answer, 503 to its first `failures` searches."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    app, seen = FastAPI(), []
+
+    @app.get("/health")
+    def health():
+        return {"status": "ok"}
+
+    @app.post("/search")
+    def search():
+        seen.append(1)
+        if len(seen) <= failures:
+            return JSONResponse({"detail": "warming up"}, 503)
+        return {"results": [[{"id": "d1", "score": 2.5}]]}
+
+    return app
+
+
+def test_the_retrieval_clients_retry_through_the_shared_helper():
+    from sleuth.envs.retrieval.client import AsyncRetrievalClient, RetrievalClient, RetrievalError
+
+    with in_thread(flaky_retrieval(2)) as url:
+        before = retry_counts()
+        with RetrievalClient(url, retries=3, backoff=0.01) as client:
+            assert [h.id for h in client.search(["q"])[0]] == ["d1"]
+        assert retried("retrieval", before) == 2
+    with in_thread(flaky_retrieval(1)) as url:
+        client = AsyncRetrievalClient(url, retries=2, backoff=0.01)
+
+        async def search():
+            try:
+                return await client.search(["q"])
+            finally:
+                await client.aclose()
+
+        assert [h.id for h in asyncio.run(search())[0]] == ["d1"]
+    with in_thread(flaky_retrieval(5)) as url, RetrievalClient(url, retries=1, backoff=0.01) as client:
+        with pytest.raises(RetrievalError, match=r"failed after 2 tries: .*/search answered 503"):
+            client.search(["q"])

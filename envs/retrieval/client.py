@@ -1,19 +1,17 @@
 """httpx clients (sync and async) for the retrieval server: pooled keep-alive connections, timeouts,
-and retries with backoff on connection errors, timeouts, 429 and 5xx. A 4xx is the caller's mistake:
-it is raised at once with the server's message."""
+and retries with backoff on connection errors, timeouts, 429, 502, 503 and 504 (`net.send_with_retries`,
+counted under "retrieval"; searches and look-ups are read-only, so repeating one is safe). A 4xx is the
+caller's mistake: it is raised at once with the server's message; any other failure is a RetrievalError."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import httpx
 
 from sleuth.envs.retrieval.base import Hit
 from sleuth.envs.retrieval.corpus import Doc
-
-_RETRY_STATUS = {429, 500, 502, 503, 504}
+from sleuth.net import RETRY_STATUS, RetriesExhausted, asend_with_retries, send_with_retries
 
 
 class RetrievalError(RuntimeError):
@@ -31,6 +29,21 @@ def _check(resp: httpx.Response) -> dict[str, Any]:
     return resp.json()
 
 
+def _answer(url: str, path: str, retries: int, resp: httpx.Response | None, error: Exception | None) -> dict[str, Any]:
+    """The JSON of an answer, or the one-line RetrievalError of a failure that outlasted the retries."""
+    if error is None and resp is not None and resp.status_code < 500 and resp.status_code not in RETRY_STATUS:
+        return _check(resp)
+    if isinstance(error, RetriesExhausted):
+        tries, cause = error.tries, f"{type(error.last).__name__}: {error.last}"
+    elif error is not None:  # not a failure that repeating fixes (e.g. a URL without http://)
+        tries, cause = 1, f"{type(error).__name__}: {error}"
+    else:
+        tries = retries + 1 if resp.status_code in RETRY_STATUS else 1
+        cause = f"{url}{path} answered {resp.status_code}"
+    raise RetrievalError(f"retrieval server {url} failed after {tries} {'try' if tries == 1 else 'tries'}: "
+                         f"{cause}") from error
+
+
 def _hits(payload: dict[str, Any]) -> list[list[Hit]]:
     return [[Hit(h["id"], float(h["score"])) for h in row] for row in payload["results"]]
 
@@ -43,17 +56,13 @@ class RetrievalClient:
         self._docs: dict[str, Doc | None] = {}
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        for attempt in range(self.retries + 1):
-            try:
-                resp = self._http.post(path, json=body)
-                if resp.status_code not in _RETRY_STATUS:
-                    return _check(resp)
-                error: Exception = RetrievalError(f"{self.url}{path} answered {resp.status_code}")
-            except httpx.TransportError as e:  # refused, reset, timed out
-                error = e
-            if attempt < self.retries:
-                time.sleep(self.backoff * 2**attempt)
-        raise RetrievalError(f"retrieval server {self.url} failed after {self.retries + 1} tries: {error}") from error
+        resp, error = None, None
+        try:
+            resp = send_with_retries(lambda: self._http.post(path, json=body), kind="retrieval", what=f"POST {path}",
+                                     retries=self.retries, backoff_s=self.backoff)
+        except httpx.TransportError as e:
+            error = e
+        return _answer(self.url, path, self.retries, resp, error)
 
     def search(self, queries: list[str], k: int = 10) -> list[list[Hit]]:
         return _hits(self._post("/search", {"queries": queries, "k": k})) if queries else []
@@ -84,17 +93,13 @@ class AsyncRetrievalClient:
                                        limits=httpx.Limits(max_connections=64, max_keepalive_connections=32))
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        for attempt in range(self.retries + 1):
-            try:
-                resp = await self._http.post(path, json=body)
-                if resp.status_code not in _RETRY_STATUS:
-                    return _check(resp)
-                error: Exception = RetrievalError(f"{self.url}{path} answered {resp.status_code}")
-            except httpx.TransportError as e:
-                error = e
-            if attempt < self.retries:
-                await asyncio.sleep(self.backoff * 2**attempt)
-        raise RetrievalError(f"retrieval server {self.url} failed after {self.retries + 1} tries: {error}") from error
+        resp, error = None, None
+        try:
+            resp = await asend_with_retries(lambda: self._http.post(path, json=body), kind="retrieval",
+                                            what=f"POST {path}", retries=self.retries, backoff_s=self.backoff)
+        except httpx.TransportError as e:
+            error = e
+        return _answer(self.url, path, self.retries, resp, error)
 
     async def search(self, queries: list[str], k: int = 10) -> list[list[Hit]]:
         return _hits(await self._post("/search", {"queries": queries, "k": k})) if queries else []
