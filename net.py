@@ -53,6 +53,13 @@ def retry_counts() -> dict[str, int]:
         return dict(_retries)
 
 
+def count_retry(kind: str) -> None:
+    """Count one retry under `kind` made without `send_with_retries` (a request sent to another server)."""
+    _check_kind(kind, 0)
+    with _retries_lock:
+        _retries[kind] += 1
+
+
 def retry_after_s(resp: httpx.Response) -> float | None:
     """The wait a 429/503 asks for in its Retry-After header (seconds or an HTTP date), if any."""
     value = resp.headers.get("retry-after")
@@ -98,8 +105,7 @@ def _retry_wait(kind: str, what: str, attempt: int, retries: int, backoff_s: flo
     wait = _delay(attempt, backoff_s, resp)
     reason = f"{type(error).__name__}: {error}" if error is not None else f"answered {resp.status_code}"
     log.info("%s: %s; retry %d of %d in %.2f s", what, reason, attempt + 1, retries, wait)
-    with _retries_lock:
-        _retries[kind] += 1
+    count_retry(kind)
     return wait
 
 

@@ -3,7 +3,11 @@
 A task sticks to the server it was first sent to, so its group's shared prompt and every turn of its
 episodes hit that server's prefix cache; a task not seen before goes to the server with the fewest
 requests outstanding. Requests without a task (direct `generate` calls) go to the least-loaded server
-each time. The servers' own schedulers batch what they receive."""
+each time. The servers' own schedulers batch what they receive.
+
+Each server retries its own transient failures (`OpenAICompletionsPolicy`); requests that a server still
+could not take (`ServerUnreachable`) go once to the least-loaded other server, their tasks' home moving
+there (a completion is stateless: only that server's prefix cache is lost). Counted as "rollout" retries."""
 
 from __future__ import annotations
 
@@ -12,11 +16,28 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Protocol
 
+from sleuth.agents.openai_http import ServerUnreachable
 from sleuth.agents.policy import Generation, Policy, Request, SamplingParams
+from sleuth.net import count_retry
 
 
 class ServerPolicy(Policy, Protocol):
     """A policy behind a connection that is closed when done (`OpenAICompletionsPolicy`)."""
+
+    def _move(self, requests: list[Request], failed: int) -> int | None:
+        """The least-loaded server other than `failed` (None if there is none), now home to the tasks of
+        `requests` and counting them as outstanding."""
+        with self._lock:
+            others = [i for i in range(len(self.servers)) if i != failed]
+            if not others:
+                return None
+            server = min(others, key=lambda i: (self.outstanding[i], i))
+            for r in requests:
+                if r.task is not None and self.home.get(r.task.id) == failed:
+                    self.home[r.task.id] = server
+            self.outstanding[server] += len(requests)
+        count_retry("rollout")
+        return server
 
     def close(self) -> None: ...
 
@@ -55,12 +76,21 @@ class RoutedPolicy:
             parts.setdefault(self.route(r), []).append(i)
         out: list[Generation | None] = [None] * len(requests)
 
-        def call(server: int, idx: list[int]) -> None:
+        def on(server: int, idx: list[int]) -> list[Generation]:
             try:
-                gens = self.servers[server].generate([requests[i] for i in idx], sampling)
+                return self.servers[server].generate([requests[i] for i in idx], sampling)
             finally:
                 with self._lock:
                     self.outstanding[server] -= len(idx)
+
+        def call(server: int, idx: list[int]) -> None:
+            try:
+                gens = on(server, idx)
+            except ServerUnreachable:
+                other = self._move([requests[i] for i in idx], server)
+                if other is None:
+                    raise
+                gens = on(other, idx)
             for i, g in zip(idx, gens, strict=True):
                 out[i] = g
 
@@ -69,6 +99,21 @@ class RoutedPolicy:
         for f in futures:
             f.result()  # a failed server fails the call, as one server would
         return out  # type: ignore[return-value]  # every slot filled above
+
+    def _move(self, requests: list[Request], failed: int) -> int | None:
+        """The least-loaded server other than `failed` (None if there is none), now home to the tasks of
+        `requests` and counting them as outstanding."""
+        with self._lock:
+            others = [i for i in range(len(self.servers)) if i != failed]
+            if not others:
+                return None
+            server = min(others, key=lambda i: (self.outstanding[i], i))
+            for r in requests:
+                if r.task is not None and self.home.get(r.task.id) == failed:
+                    self.home[r.task.id] = server
+            self.outstanding[server] += len(requests)
+        count_retry("rollout")
+        return server
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)

@@ -75,3 +75,32 @@ def test_a_failed_server_fails_the_call_and_frees_its_count():
 def test_no_servers_is_an_error():
     with pytest.raises(ValueError, match="at least one server"):
         RoutedPolicy([])
+
+
+def test_requests_a_dead_server_cannot_take_go_to_another(tokenizer):
+    """A real dead port beside a real server: the dead one's requests are answered by the live one, whose
+    tasks they become; one rollout retry counted per part moved."""
+    from fastapi import FastAPI
+
+    from sleuth.agents.openai_http import OpenAICompletionsPolicy, ServerUnreachable
+    from sleuth.net import free_port, in_thread, retry_counts
+
+    app = FastAPI()
+    app.get("/health")(lambda: {})
+    app.post("/v1/completions")(lambda: {"choices": [{"finish_reason": "stop", "logprobs": {
+        "tokens": [f"token_id:{tokenizer.eos_token_id}"], "token_logprobs": [-0.1]}}]})
+    with in_thread(app) as url:
+        dead = OpenAICompletionsPolicy(f"http://127.0.0.1:{free_port()}", "m", tokenizer, retries=0, max_context=64)
+        live = OpenAICompletionsPolicy(url, "m", tokenizer, retries=0, max_context=64)
+        p = RoutedPolicy([dead, live])
+        p.home["a"] = 0  # task a lives on the dead server
+        before = retry_counts()["rollout"]
+        gens = p.generate([req("a"), req("b"), req("a", 1)], SamplingParams())
+        assert [g.ids for g in gens] == [[tokenizer.eos_token_id]] * 3
+        assert p.home["a"] == 1 and p.outstanding == [0, 0] and retry_counts()["rollout"] - before == 1
+        alone = RoutedPolicy([OpenAICompletionsPolicy(f"http://127.0.0.1:{free_port()}", "m", tokenizer, retries=0,
+                                                      max_context=64)])
+        with pytest.raises(ServerUnreachable):
+            alone.generate([req("c")], SamplingParams())
+        for policy in (p, alone):
+            policy.close()
