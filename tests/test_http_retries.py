@@ -3,11 +3,13 @@ faults: a refused port, a server that answers 503 for a while, a server that sta
 closes the connection after the server has answered (the answer is lost, the request was carried out)."""
 
 import asyncio
+import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -295,3 +297,17 @@ def test_the_retrieval_clients_retry_through_the_shared_helper():
     with in_thread(flaky_retrieval(5)) as url, RetrievalClient(url, retries=1, backoff=0.01) as client:
         with pytest.raises(RetrievalError, match=r"failed after 2 tries: .*/search answered 503"):
             client.search(["q"])
+
+
+def test_train_with_a_dead_vllm_url_says_what_to_do_in_one_line(tiny_model_dir, tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"
+    cmd = [sys.executable, "-m", "sleuth.cli", "train", "--config", "configs/docread_quick.yaml", "--out",
+           str(tmp_path / "run"), "--set", f"model={tiny_model_dir}", "--set", "rollout.engine=vllm",
+           "--set", f"rollout.vllm_url={url}"]
+    env = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # transformers' "Loading weights" bar is not an error
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[1], env=env)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: cannot reach the vLLM server at {url}: "), r.stderr
+    assert "Connection refused" in lines[0] and "gave up after 4 tries" in lines[0]
+    assert "--worker-extension-cls sleuth_vllm_ext.WeightLoader" in lines[0] and "fix rollout.vllm_url" in lines[0]

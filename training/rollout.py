@@ -11,11 +11,17 @@ from typing import Any, Protocol
 import torch
 
 from sleuth.agents.policy import Policy
+from sleuth.training.config import ConfigError
 from sleuth.training.engine import full_parameters, full_state_dict, lora_merged_weights
 
 
 class WeightSyncError(RuntimeError):
     pass
+
+
+class RolloutServerError(ConfigError):
+    """A rollout server that cannot be reached or started. A ConfigError, so `sleuth train` refuses in one
+    line: what fixes it is a setting (`rollout.vllm_url`, `rollout.vllm_python`) or a server started."""
 
 
 class RolloutEngine(Protocol):

@@ -6,12 +6,18 @@ or $SLEUTH_VLLM_PYTHON; `make vllm` builds one) or anywhere reachable (`rollout.
 the trainer writes its full weights to a safetensors file in shared memory and asks the server's workers
 to load it (`/collective_rpc` → `sleuth_vllm_ext.WeightLoader.load_weights_from`), then resets the prefix
 cache (cached KV of old weights would be stale) and verifies: the server's top logprobs on a fixed probe
-prompt must match the trainer's."""
+prompt must match the trainer's.
+
+Every request the trainer makes of a server may be repeated (listing the model, loading the same weights
+file again, resetting the cache, the greedy probe), so each is retried with backoff on connection failures
+and 429/502/503/504 (counted under "rollout"). A server that cannot be reached or started is a
+`RolloutServerError`: one line that says how to start it or which setting to fix."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import tempfile
@@ -23,11 +29,12 @@ import torch
 
 from sleuth.agents.openai_http import OpenAICompletionsPolicy
 from sleuth.agents.routing import RoutedPolicy
-from sleuth.net import free_port, wait_healthy
+from sleuth.net import RetriesExhausted, free_port, send_with_retries, wait_healthy
 from sleuth.training.engine import DIST_VARS, full_state_dict
-from sleuth.training.rollout import WeightSyncError, probe_logits
+from sleuth.training.rollout import RolloutServerError, WeightSyncError, probe_logits
 
 EXTENSION_DIR = Path(__file__).parent / "vllm_ext"
+RETRIES, BACKOFF_S = 3, 0.5  # per request to a server: about 2 s of waiting in all before it is called dead
 
 
 class VLLMRollout:
@@ -38,6 +45,7 @@ class VLLMRollout:
         self.probe_ids, self.tolerance = probe_ids, cfg.update.sync_tolerance_vllm
         self.procs: list[subprocess.Popen] = []
         self.http = httpx.Client(timeout=600)
+        self.model_path = model_path
         try:
             if rc.vllm_url is not None:  # one URL, or several comma-separated (data-parallel servers)
                 urls = [u.strip().rstrip("/") for u in rc.vllm_url.split(",") if u.strip()]
@@ -45,7 +53,7 @@ class VLLMRollout:
                 urls = self._start(rc.vllm_python or default_vllm_python(), model_path, list(rc.vllm_args),
                                    start_timeout_s, rc.vllm_servers)
             self.urls = urls
-            served = [self._served_model(u) for u in urls]
+            served = [self._served_model(u, given=rc.vllm_url is not None) for u in urls]
         except BaseException:
             self.close()
             raise
@@ -67,37 +75,48 @@ class VLLMRollout:
             raise FileNotFoundError("rollout.engine=vllm needs a Python with vLLM: set rollout.vllm_python or "
                                     "$SLEUTH_VLLM_PYTHON (`make vllm` builds .venv-vllm), or rollout.vllm_url")
         started = [self._launch(python, model_path, extra) for _ in range(n)]
-        for url, log in started:
+        for (url, log), proc in zip(started, self.procs, strict=True):
             try:
-                wait_healthy(url, timeout_s=timeout_s)
-            except Exception as e:
-                raise RuntimeError(f"vLLM server did not become healthy; see {log}") from e
+                wait_healthy(url, timeout_s=timeout_s, proc=proc)
+            except (TimeoutError, RuntimeError) as e:
+                raise RolloutServerError(f"the vLLM server started with {python} did not come up ({e}); its log "
+                                         f"says why: {log}") from e
         return [url for url, _ in started]
 
     def _launch(self, python: str, model_path: str, extra: list[str]) -> tuple[str, str]:
         port = free_port()
-        gpu = torch.cuda.is_available()
         env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}  # the server is not a trainer rank
-        env.update(VLLM_SERVER_DEV_MODE="1", PYTHONPATH=str(EXTENSION_DIR),
-                   VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"))
-        cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path, "--served-model-name",
-               "policy", "--port", str(port), "--dtype", "bfloat16" if gpu else "float32",
-               "--worker-extension-cls", "sleuth_vllm_ext.WeightLoader", "--enable-prefix-caching",
-               "--logprobs-mode", "processed_logprobs"]  # logprobs of logits / temperature, as the trainer's
-        cmd += extra
-        if gpu:
+        env.update(server_env())
+        env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")
+        cmd = vllm_command(python, model_path, port) + extra
+        if torch.cuda.is_available():
             cmd += ["--gpu-memory-utilization", os.environ.get("SLEUTH_VLLM_GPU_MEM", "0.3")]
         log = open(Path(tempfile.gettempdir()) / f"sleuth-vllm-{port}.log", "w")  # noqa: SIM115 (lives with the server)
         self.procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         return f"http://127.0.0.1:{port}", log.name
 
-    def _served_model(self, url: str) -> tuple[str, int | None]:
-        """The served model's id and its context length (`max_model_len`, where the server reports it)."""
+    def _served_model(self, url: str, given: bool) -> tuple[str, int | None]:
+        """The served model's id and its context length (`max_model_len`, where the server reports it).
+        `given`: the URL is the config's `rollout.vllm_url` (else sleuth started the server)."""
         try:
-            model = self.http.get(url + "/v1/models").json()["data"][0]
+            resp = self._send(url, "GET", "/v1/models", None)
+            model = resp.json()["data"][0]
             return model["id"], model.get("max_model_len")
-        except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
-            raise RuntimeError(f"no model served at {url}/v1/models: {e}") from e
+        except httpx.TransportError as e:
+            cause = str(e) if isinstance(e, RetriesExhausted) else f"{type(e).__name__}: {e}"
+            fix = (f"start it with vLLM's Python ({start_hint(self.model_path, url)}), fix rollout.vllm_url, or "
+                   "leave it unset to have sleuth start vLLM itself (rollout.vllm_python)") if given else \
+                "sleuth started it: its log is in the temporary directory, sleuth-vllm-PORT.log"
+            raise RolloutServerError(f"cannot reach the vLLM server at {url}: {cause}; {fix}") from e
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise RolloutServerError(f"{url}/v1/models lists no served model ({type(e).__name__}: {e}): is it "
+                                     "a vLLM OpenAI-compatible server? Fix rollout.vllm_url") from e
+
+    def _send(self, url: str, method: str, path: str, body: Any) -> httpx.Response:
+        """One request to a server, retried on transient failures (each request here may be repeated)."""
+        kwargs = {"json": body} if body is not None else {}
+        return send_with_retries(lambda: self.http.request(method, url + path, **kwargs), kind="rollout",
+                                 what=f"{method} {url}{path}", retries=RETRIES, backoff_s=BACKOFF_S)
 
     def sync(self, module: torch.nn.Module) -> dict[str, float]:
         from safetensors.torch import save_file
@@ -127,7 +146,10 @@ class VLLMRollout:
         return {"sync/max_logprob_diff": worst}
 
     def _post(self, url: str, path: str, body: Any) -> Any:
-        resp = self.http.post(url + path, json=body) if body is not None else self.http.post(url + path)
+        try:
+            resp = self._send(url, "POST", path, body)
+        except httpx.TransportError as e:
+            raise WeightSyncError(f"vLLM {url}{path} failed: {e}") from e
         if resp.status_code != 200:
             raise WeightSyncError(f"vLLM {url}{path} answered {resp.status_code}: {resp.text[:300]}")
         return resp.json() if resp.content else None
@@ -142,6 +164,28 @@ class VLLMRollout:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
         self.procs = []
+
+
+def server_env() -> dict[str, str]:
+    """What a vLLM server needs in its environment for sleuth's weight sync: `/collective_rpc` (dev mode)
+    and the worker extension on its path."""
+    return {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(EXTENSION_DIR)}
+
+
+def vllm_command(python: str, model_path: str, port: int) -> list[str]:
+    """The command of a vLLM server the trainer can sync and verify (add `rollout.vllm_args` to it)."""
+    gpu = torch.cuda.is_available()
+    return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path, "--served-model-name",
+            "policy", "--port", str(port), "--dtype", "bfloat16" if gpu else "float32",
+            "--worker-extension-cls", "sleuth_vllm_ext.WeightLoader", "--enable-prefix-caching",
+            "--logprobs-mode", "processed_logprobs"]  # logprobs of logits / temperature, as the trainer's
+
+
+def start_hint(model_path: str, url: str) -> str:
+    """A shell line that starts, with vLLM's own Python, a server at `url` that `VLLMRollout` can use."""
+    port = httpx.URL(url).port or 8000
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in server_env().items())
+    return f"{env} python {shlex.join(vllm_command('python', model_path, port)[1:])}"
 
 
 def default_vllm_python() -> str | None:
