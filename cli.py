@@ -13,6 +13,7 @@ from sleuth.cli_args import bounded, output_dir
 from sleuth.cli_args import fail as _fail
 from sleuth.cli_args import parse_kv as _kv
 from sleuth.cli_train import add_training_parsers
+from sleuth.rundir import RunDirBusyError, RunDirLock
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
@@ -26,14 +27,14 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     import sleuth
-    from sleuth.agents.evaluate import evaluate, load_trajectories, policy_identity
-    from sleuth.agents.policy import SamplingParams, load_policy
-    from sleuth.agents.report import write_comparison
     from sleuth.tasks import load_tasks
 
     env_args = _kv(args.env_arg)
+    if args.samples > 1 and args.temperature == 0:
+        return _fail(f"--samples {args.samples} at --temperature 0 would be {args.samples} copies of one greedy "
+                     "episode (pass@k of identical samples): sample with --temperature > 0, e.g. 0.7")
     try:
-        tasks = load_tasks(args.tasks, limit=args.limit)
+        tasks = load_tasks(args.tasks, limit=args.limit, dedupe=args.dedupe)
     except (FileNotFoundError, ValueError) as e:
         return _fail(str(e))
     except Exception as e:  # e.g. a malformed JSONL line, reported by datasets
@@ -44,48 +45,84 @@ def cmd_eval(args: argparse.Namespace) -> int:
         sleuth.make(args.env, **env_args).close()  # fail fast on a bad env id or argument
     except Exception as e:
         return _fail(f"cannot build env {args.env!r}: {type(e).__name__}: {e}")
+    try:
+        return _eval_runs(args, tasks, env_args, Path(args.out))
+    except RunDirBusyError as e:
+        return _fail(str(e))
+
+
+def _eval_runs(args: argparse.Namespace, tasks: list, env_args: dict[str, Any], out: Path) -> int:
+    """Each policy × harness of `sleuth eval` into `out` (its own sub-folder when there are several). `out` is
+    owned by this process from the moment the first policy has loaded: a refused policy writes nothing."""
+    import sleuth
+    from sleuth.agents.evaluate import evaluate, load_trajectories, policy_identity
+    from sleuth.agents.policy import SamplingParams, load_policy
+    from sleuth.agents.report import write_comparison
+
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     harnesses = [h.strip() for h in args.harness.split(",") if h.strip()]
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
-    out = Path(args.out)
     multi = len(policies) * len(harnesses) > 1
     names = _run_names(policies)
-    summaries = []
-    for spec in policies:
-        try:
-            policy = load_policy(spec, seed=args.seed)
-        except Exception as e:  # a missing path, an unreachable hub id, a directory without weights
-            return _fail(f"cannot load policy {spec!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-        for harness in harnesses:
-            run = f"{names[spec]}-{harness}"
-            identity = {"env": args.env, "env_args": env_args, "harness": harness, "policy": policy_identity(spec),
-                        "tasks": args.tasks, "limit": args.limit, "samples": args.samples,
-                        "sampling": {"max_tokens": args.max_tokens, "temperature": args.temperature, "seed": args.seed}}
+    summaries: list[dict[str, Any]] = []
+    failures: list[str] = []
+    lock = RunDirLock(out)
+    owned = False
+    try:
+        for spec in policies:
             try:
-                summary = evaluate(
-                    lambda h=harness: sleuth.make(args.env, harness=h, **env_args), tasks, policy,
-                    out / run if multi else out, sampling, args.concurrency, args.env,
-                    meta={"tasks": args.tasks, "harness": harness, "run": run}, resume=not args.no_resume,
-                    samples=args.samples, env_workers=args.env_workers, identity=identity,
-                )
-            except ValueError as e:  # e.g. a baseline that does not apply to this env
-                return _fail(f"{run}: {e} (finished episodes are kept in {out})")
-            except OSError as e:  # the output cannot be written (a read-only or virtual file system)
-                return _fail(f"cannot write the run to {out}: {e.strerror or e}")
-            summaries.append(summary)
-            if summary["n"] == 0:  # nothing ran (e.g. DocRead on tasks without documents): not a result
-                errors = [t.error for t in load_trajectories((out / run if multi else out) / "trajectories.jsonl")
-                          if t.error]
-                return _fail(f"{run}: no episode ran ({summary['failed']} failed"
-                             f"{': ' + errors[0] if errors else ''}); the report in {out} lists every error")
-    if multi:
-        write_comparison(out, summaries)
-        _print_table(summaries)
-        print(f"\nreport: {out / 'comparison.md'}")
-    else:
-        print(json.dumps(summaries[0], indent=2))
-        print(f"report: {out / 'report.md'}")
+                policy = load_policy(spec, seed=args.seed)
+            except Exception as e:  # a missing path, an unreachable hub id, a directory without weights
+                return _fail(f"cannot load policy {spec!r}: {type(e).__name__}: {_one_line(str(e))}")
+            if not owned:
+                lock.acquire()
+                owned = True
+            for harness in harnesses:
+                run = f"{names[spec]}-{harness}"
+                identity = {"env": args.env, "env_args": env_args, "harness": harness,
+                            "policy": policy_identity(spec), "tasks": args.tasks, "limit": args.limit,
+                            "samples": args.samples, "sampling": {"max_tokens": args.max_tokens,
+                                                                  "temperature": args.temperature, "seed": args.seed}}
+                try:
+                    summary = evaluate(
+                        lambda h=harness: sleuth.make(args.env, harness=h, **env_args), tasks, policy,
+                        out / run if multi else out, sampling, args.concurrency, args.env,
+                        meta={"tasks": args.tasks, "harness": harness, "run": run}, resume=not args.no_resume,
+                        samples=args.samples, env_workers=args.env_workers, identity=identity,
+                    )
+                except ValueError as e:  # e.g. a baseline that does not apply to this env
+                    return _fail(f"{run}: {e} (finished episodes are kept in {out})")
+                except OSError as e:  # the output cannot be written (a read-only or virtual file system)
+                    return _fail(f"cannot write the run to {out}: {e.strerror or e}")
+                summaries.append(summary)
+                if summary["n_failed"]:  # no answer from these: retried by the same command, never scored
+                    errors = [t.error for t in load_trajectories((out / run if multi else out) / "trajectories.jsonl")
+                              if t.failed]
+                    first = _one_line(errors[0], 300) if errors else "see the report"
+                    failures.append(f"{run}: {summary['n_failed']} of {summary['n'] + summary['n_failed']} "
+                                    f"episodes failed ({first})")
+                if summary["n"] == 0:  # nothing ran (e.g. DocRead on tasks without documents): not a result
+                    return _fail(f"{run}: no episode ran ({summary['n_failed']} failed: {first}); the report in "
+                                 f"{out} lists every error")
+        if multi:
+            write_comparison(out, summaries)
+            _print_table(summaries)
+            print(f"\nreport: {out / 'comparison.md'}")
+        else:
+            print(json.dumps(summaries[0], indent=2))
+            print(f"report: {out / 'report.md'}")
+    finally:
+        if owned:
+            lock.release()
+    if failures:  # the means above are over the episodes that ran; the failed ones are no answer
+        return _fail(f"{'; '.join(failures)}; they are not scored: run the same command again to retry them")
     return 0
+
+
+def _one_line(text: str, width: int | None = None) -> str:
+    """The first line of an error's text, cut at `width` characters (an episode's error may hold a whole body)."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if width is None or len(line) <= width else line[:width - 1] + "…"
 
 
 def _run_names(specs: list[str]) -> dict[str, str]:
@@ -146,25 +183,32 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     import time
 
     from sleuth.envs.retrieval.corpus import load_corpus
-    from sleuth.envs.retrieval.index import build_index
+    from sleuth.envs.retrieval.index import build_index, save_index
 
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()) and not args.force:  # before minutes of encoding
+        what = "an index" if (out / "meta.json").exists() else "files"
+        return _fail(f"{out} already holds {what}: pass --force to replace it, or choose another --out")
     try:
         docs = load_corpus(args.corpus, args.id_field, args.title_field, args.text_field)
         start = time.perf_counter()
         index = build_index(docs, args.kind, args.backend)
-    except (FileNotFoundError, ValueError) as e:
+        save_index(index, out, replace=args.force)
+    except (FileNotFoundError, FileExistsError, ValueError) as e:
         return _fail(str(e))
-    index.save(args.out)
+    except OSError as e:
+        return _fail(f"cannot write the index to {out}: {e.strerror or e}")
     print(f"{args.kind} index of {len(docs)} documents built in {time.perf_counter() - start:.1f} s: {args.out}")
     return 0
 
 
 def cmd_search(args: argparse.Namespace) -> int:
     from sleuth.envs.retrieval.index import load_index
-    from sleuth.envs.retrieval.metrics import ndcg_at_k, read_qrels, recall_at_k
+    from sleuth.envs.retrieval.metrics import ndcg_at_k, recall_at_k
     from sleuth.envs.retrieval.trec import unique_queries, write_run
 
     try:
+        qrels = _read_qrels(args.qrels) if args.qrels else None  # before the run: a bad path fails in a second
         index = load_index(args.index)
         queries, repeats = unique_queries(_read_queries(args.queries, args.query_id_field, args.query_text_field))
     except (FileNotFoundError, ValueError) as e:
@@ -181,14 +225,28 @@ def cmd_search(args: argparse.Namespace) -> int:
     except ValueError as e:
         return _fail(str(e))
     print(f"{len(queries)} queries → {args.out}")
-    if args.qrels:
-        qrels = read_qrels(args.qrels)
+    if qrels is not None:
         judged = [(qid, [h.id for h in hits]) for (qid, _), hits in zip(queries, results, strict=True) if qid in qrels]
-        if judged:
-            ndcg = sum(ndcg_at_k(r, qrels[q], 10) for q, r in judged) / len(judged)
-            rec = sum(recall_at_k(r, qrels[q], 100) for q, r in judged) / len(judged)
-            print(json.dumps({"judged_queries": len(judged), "ndcg@10": round(ndcg, 4), "recall@100": round(rec, 4)}))
+        if not judged:
+            return _fail(f"none of the {len(queries)} query ids is judged in {args.qrels} (queries: "
+                         f"{', '.join(q for q, _ in queries[:3])}…; qrels: {', '.join(list(qrels)[:3])}…): "
+                         "no metrics; check --query-id-field or the qrels file (the run is written)")
+        ndcg = sum(ndcg_at_k(r, qrels[q], 10) for q, r in judged) / len(judged)
+        rec = sum(recall_at_k(r, qrels[q], 100) for q, r in judged) / len(judged)
+        print(json.dumps({"judged_queries": len(judged), "queries": len(queries), "ndcg@10": round(ndcg, 4),
+                          "recall@100": round(rec, 4)}))
     return 0
+
+
+def _read_qrels(path: str) -> dict[str, dict[str, int]]:
+    from sleuth.envs.retrieval.metrics import read_qrels
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"qrels file not found: {path}")
+    qrels = read_qrels(path)
+    if not qrels:
+        raise ValueError(f"{path} holds no judgements (BEIR's `query-id corpus-id score` or TREC's 4 columns)")
+    return qrels
 
 
 def cmd_serve_retrieval(args: argparse.Namespace) -> int:
@@ -297,7 +355,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--no-resume", action="store_true", help="start over instead of resuming trajectories.jsonl")
     e.add_argument("--env-workers", type=bounded(int, 0), default=0,
                    help="threads stepping envs in parallel (use with Code-v0 sandboxes or Remote-v0 servers)")
-    e.add_argument("--samples", type=bounded(int, 1), default=1, help="episodes per task; pass@k is reported (use --temperature > 0)")
+    e.add_argument("--samples", type=bounded(int, 1), default=1,
+                   help="episodes per task; pass@k is reported (needs --temperature > 0)")
+    e.add_argument("--dedupe", action="store_true",
+                   help="keep the first task of each repeated task id (default: refuse a task file with repeated ids)")
     e.set_defaults(fn=cmd_eval)
     c = sub.add_parser("compare", help="two eval runs side by side, with paired-bootstrap confidence intervals")
     c.add_argument("run_a")
@@ -320,7 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--corpus", required=True, help="JSONL (or .jsonl.gz), one document a line")
     b.add_argument("--kind", choices=["bm25", "dense", "hybrid"], default="bm25")
     b.add_argument("--backend", choices=["bm25s", "rank_bm25"], default="bm25s")
-    b.add_argument("--out", required=True)
+    b.add_argument("--out", type=output_dir, required=True, help="index directory (refused if it holds files)")
+    b.add_argument("--force", action="store_true", help="replace an index already at --out (once the new one is built)")
     b.add_argument("--id-field", default="id")
     b.add_argument("--title-field", default="title")
     b.add_argument("--text-field", default="text")

@@ -24,14 +24,15 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def solved(t: Trajectory) -> bool:
     """Full marks: EM for QA, every test for code."""
-    return t.error is None and float((t.verdict or {}).get("score", 0.0)) >= 1.0
+    return not t.failed and float((t.verdict or {}).get("score", 0.0)) >= 1.0
 
 
 def pass_at_ks(trajs: Sequence[Trajectory]) -> dict[str, float]:
     """pass@k for k = 1, 2, 4, ... up to the number of samples every task has."""
     by_task: dict[str, list[bool]] = defaultdict(list)
     for t in trajs:
-        by_task[t.task_id].append(solved(t))
+        if not t.failed:  # no answer, so neither a success nor a failure of the policy
+            by_task[t.task_id].append(solved(t))
     if not by_task:
         return {}
     n = min(len(v) for v in by_task.values())
@@ -54,7 +55,7 @@ def breakdown(trajs: Sequence[Trajectory], tasks: Sequence[Task]) -> dict[str, d
         for t in trajs:
             task = by_id.get(t.task_id)
             value = _field(task, name) if task else None
-            if value is not None and t.error is None:
+            if value is not None and not t.failed:
                 groups[str(value)].append(t)
         if len(groups) < 2:
             continue

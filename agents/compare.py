@@ -12,18 +12,18 @@ from typing import Any
 from sleuth.agents.evaluate import episode_metrics, load_trajectories
 from sleuth.agents.trajectory import Trajectory
 
-# The verifier's numbers, then two of the episode's own: the share of its turns that were invalid tool calls,
-# and whether it ended by answering (1) or ran out of budget (0).
-METRICS = ("score", "em", "f1", "support_recall", "all_passed", "tool_error_rate", "answered")
+# The verifier's numbers, then two of the episode's own: the share of its turns that were invalid tool calls
+# (averaged per task, so its mean is a run's `tool_error_rate_episodes`), and whether it ended by answering (1)
+# or ran out of budget (0).
+METRICS = ("score", "em", "f1", "support_recall", "all_passed", "tool_error_share", "answered")
 
 
 def per_task(trajs: list[Trajectory]) -> dict[str, dict[str, float]]:
     acc: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for t in trajs:
-        if t.error is not None:
+        if t.failed:
             continue
         m = episode_metrics(t)
-        m["tool_error_rate"] = m["tool_errors"] / m["turns"] if m["turns"] else 0.0
         for key in METRICS:
             if key in m:
                 acc[t.task_id][key].append(m[key])

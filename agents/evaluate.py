@@ -22,6 +22,8 @@ from sleuth.agents.breakdown import breakdown, pass_at_ks
 from sleuth.agents.loop import run_episodes
 from sleuth.agents.policy import Policy, SamplingParams
 from sleuth.agents.trajectory import Trajectory
+from sleuth.net import retry_counts
+from sleuth.rundir import RunDirLock
 from sleuth.tasks.base import Task
 
 
@@ -56,11 +58,16 @@ def episode_metrics(t: Trajectory) -> dict[str, float]:
         policy_tokens=float(t.num_policy_tokens),
         total_tokens=float(len(t.token_ids())),
     )
+    m["tool_error_share"] = m["tool_errors"] / m["turns"] if m["turns"] else 0.0
     return m
 
 
 def summarise(trajs: Sequence[Trajectory], wall_time_s: float, meta: dict[str, Any]) -> dict[str, Any]:
-    ok = [t for t in trajs if t.error is None]
+    """Means over the episodes that ran (`n`); failed episodes (`Trajectory.failed`: no answer) are counted
+    apart in `n_failed` and score nothing. Two tool-call error rates, because they answer different
+    questions: `tool_error_rate_turns` pools every turn of the run (invalid calls / turns), and
+    `tool_error_rate_episodes` averages each episode's own share (what `sleuth compare` pairs by task)."""
+    ok = [t for t in trajs if not t.failed]
     rows = [episode_metrics(t) for t in ok]
     n = len(rows)
     keys = list(dict.fromkeys(k for r in rows for k in r))
@@ -68,8 +75,10 @@ def summarise(trajs: Sequence[Trajectory], wall_time_s: float, meta: dict[str, A
     def mean(key: str) -> float:  # an episode without the key (e.g. no reads) counts as 0
         return round(sum(r.get(key, 0.0) for r in rows) / n, 4) if n else 0.0
 
-    summary: dict[str, Any] = {**meta, "n": n, "failed": len(trajs) - n}
-    skip = {"reads", "gold_reads", "rereads", "turns", "tool_errors", "answered", "policy_tokens", "total_tokens"}
+    summary: dict[str, Any] = {**meta, "n": n, "n_failed": len(trajs) - n,
+                               "n_prompt_too_long": sum(t.stop_reason == "prompt_too_long" for t in ok)}
+    skip = {"reads", "gold_reads", "rereads", "turns", "tool_errors", "answered", "policy_tokens", "total_tokens",
+            "tool_error_share"}
     summary.update({k: mean(k) for k in keys if k not in skip})
     if any(turn.read for t in ok for turn in t.turns) or meta.get("env", "").endswith("DocRead-v0"):
         summary.update(mean_reads=mean("reads"), mean_gold_reads=mean("gold_reads"), mean_rereads=mean("rereads"))
@@ -77,7 +86,8 @@ def summarise(trajs: Sequence[Trajectory], wall_time_s: float, meta: dict[str, A
     summary.update(
         mean_turns=mean("turns"),
         answered_rate=mean("answered"),
-        tool_call_error_rate=round(sum(r["tool_errors"] for r in rows) / turns, 4) if turns else 0.0,
+        tool_error_rate_turns=round(sum(r["tool_errors"] for r in rows) / turns, 4) if turns else 0.0,
+        tool_error_rate_episodes=mean("tool_error_share"),
         policy_tokens=int(sum(r["policy_tokens"] for r in rows)),
         total_tokens=int(sum(r["total_tokens"] for r in rows)),
         wall_time_s=round(wall_time_s, 2),
@@ -140,43 +150,56 @@ def evaluate(
     identity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Evaluate and write `trajectories.jsonl`, `summary.json`, `report.md` and `report.png` in `out_dir`.
-    `samples` episodes per task (pass@k is reported; sample with temperature > 0 for it to mean anything).
-    `identity` (what this run is; `sleuth eval` passes it) is checked against the directory's before
-    resuming (`RunMismatchError`)."""
+    `samples` episodes per task (pass@k is reported; sampling needs temperature > 0 or a seeded scripted
+    policy, else the samples are one episode repeated). `identity` (what this run is; `sleuth eval` passes it)
+    is checked against the directory's before resuming (`RunMismatchError`). The directory is owned by this
+    call (`RunDirBusyError` if another process holds it). Failed episodes (`Trajectory.failed`) are
+    counted in `n_failed`, never scored, and retried by the next resume (the failed records move to
+    `failed.jsonl`)."""
     from sleuth.agents.report import write_report
 
+    ids = [t.id for t in tasks]
+    if len(set(ids)) != len(ids):
+        raise ValueError("task ids repeat: results are keyed by task id (load_tasks refuses or de-duplicates them)")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    traj_path, summary_path = out / "trajectories.jsonl", out / "summary.json"
-    done = load_trajectories(traj_path) if resume else []
-    if identity is not None:
-        check_run_identity(out, identity, bool(done))
-    if not resume or not done:
-        traj_path.write_text("", encoding="utf-8")
-    else:  # rewrite without any torn last line before appending
+    with RunDirLock(out):
+        traj_path, summary_path = out / "trajectories.jsonl", out / "summary.json"
+        loaded = load_trajectories(traj_path) if resume else []
+        if identity is not None:
+            check_run_identity(out, identity, bool(loaded))
+        done = [t for t in loaded if not t.failed]
+        retried = [t for t in loaded if t.failed]
+        if retried:  # kept, not lost: the record of each failure, beside the run
+            with open(out / "failed.jsonl", "a", encoding="utf-8") as f:
+                f.writelines(t.to_json() + "\n" for t in retried)
+        # rewritten whole: without any torn last line, or the failed episodes being retried
         traj_path.write_text("".join(t.to_json() + "\n" for t in done), encoding="utf-8")
-    previous_wall = 0.0
-    if resume and done and summary_path.exists():
-        previous_wall = float(json.loads(summary_path.read_text()).get("wall_time_s", 0.0))
-    have = Counter(t.task_id for t in done)
-    todo = [t for t in tasks for _ in range(max(0, samples - have[t.id]))]
-    total = len(tasks) * samples
-    start = time.perf_counter()
-    with open(traj_path, "a", encoding="utf-8") as f, tqdm(total=total, initial=total - len(todo),
-                                                           desc=f"eval {policy.name}", disable=not progress) as bar:
-        for traj in run_episodes(make_env, todo, policy, sampling, concurrency, env_id, env_workers=env_workers):
-            traj.meta["sample"] = have[traj.task_id]
-            have[traj.task_id] += 1
-            f.write(traj.to_json() + "\n")
-            f.flush()
-            done.append(traj)
-            bar.update(1)
-    wall = previous_wall + time.perf_counter() - start
-    order = {t.id: i for i, t in enumerate(tasks)}
-    done.sort(key=lambda t: (order.get(t.task_id, len(order)), t.meta.get("sample", 0)))
-    summary = summarise(done, wall, {"policy": policy.name, "env": env_id, "samples": samples, **(meta or {})})
-    summary.update(pass_at_ks(done))
-    summary["breakdown"] = breakdown(done, tasks)
-    summary_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    write_report(out, summary, done)
+        previous_wall = 0.0
+        if resume and done and summary_path.exists():
+            previous_wall = float(json.loads(summary_path.read_text()).get("wall_time_s", 0.0))
+        have = Counter(t.task_id for t in done)
+        todo = [t for t in tasks for _ in range(max(0, samples - have[t.id]))]
+        total = len(tasks) * samples
+        start = time.perf_counter()
+        retries0 = retry_counts()
+        with open(traj_path, "a", encoding="utf-8") as f, tqdm(total=total, initial=total - len(todo),
+                                                               desc=f"eval {policy.name}", disable=not progress) as bar:
+            for traj in run_episodes(make_env, todo, policy, sampling, concurrency, env_id, env_workers=env_workers):
+                traj.meta["sample"] = have[traj.task_id]
+                have[traj.task_id] += 1
+                f.write(traj.to_json() + "\n")
+                f.flush()
+                done.append(traj)
+                bar.update(1)
+        wall = previous_wall + time.perf_counter() - start
+        order = {t.id: i for i, t in enumerate(tasks)}
+        done.sort(key=lambda t: (order.get(t.task_id, len(order)), t.meta.get("sample", 0)))
+        summary = summarise(done, wall, {"policy": policy.name, "env": env_id, "samples": samples, **(meta or {})})
+        summary["http_retries"] = {k: v - retries0.get(k, 0) for k, v in retry_counts().items()
+                                   if v > retries0.get(k, 0)}
+        summary["retried_failed"] = len(retried)
+        summary.update(pass_at_ks(done))
+        summary["breakdown"] = breakdown(done, tasks)
+        summary_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        write_report(out, summary, done)
     return summary

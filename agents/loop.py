@@ -33,10 +33,11 @@ def run_episodes(
     lockstep: bool = False,
     gate: WeightsGate | None = None,
 ) -> Iterator[Trajectory]:
-    """Yield one Trajectory per task, in completion order. A task whose env fails to reset yields a
-    trajectory with `error` set, an env that fails mid-episode a truncated one with the reason (nothing is
-    silently dropped); a policy that fails raises. `max_context` (default: the policy's) truncates an
-    episode whose next turn would not fit. `env_workers` > 0 steps envs in that many threads, concurrently
+    """Yield one Trajectory per task, in completion order. An episode whose env fails to reset or step, or
+    whose generation fails, yields a failed trajectory (`error` set, `Trajectory.failed`): nothing is
+    silently dropped and nothing failed is scored. `max_context` (default: the policy's) ends an episode
+    whose next request would not fit, the first one included (`stop_reason` "prompt_too_long"), before it
+    is sent. `env_workers` > 0 steps envs in that many threads, concurrently
     with generation: worth it when steps wait on something (env servers, sandboxes, SWE tests); in-process
     steps of microseconds are faster inline. `lockstep` releases requests in rounds (every episode waits
     for the slowest of its round), the loop sleuth had before, kept for measurement. `gate`: a weight
@@ -66,7 +67,11 @@ def run_episodes(
                 if sampled is not None:  # an env step returned
                     sched.on_step(ep, sampled.generation, sampled.version, fut.result())
                     continue
-                sampled = fut.result()  # a generation came back (a failed policy raises here)
+                try:
+                    sampled = fut.result()  # a generation came back
+                except Exception as e:  # the call failed: its episodes fail, the run goes on
+                    sched.on_generation_failed(ep, e)
+                    continue
                 if pool:
                     inflight[pool.submit(_step, ep.env, sampled.generation.text)] = (ep, sampled)
                 else:

@@ -10,7 +10,7 @@ from sleuth.agents.trajectory import Trajectory
 
 _RATES = ("em", "f1", "support_recall", "all_passed", "score", "answered_rate")
 _COLUMNS = ("n", "score", "em", "f1", "support_recall", "mean_reads", "all_passed", "passed", "answered_rate",
-            "tool_call_error_rate", "policy_tokens", "wall_time_s")
+            "tool_error_rate_turns", "n_failed", "policy_tokens", "wall_time_s")
 
 
 def columns(summaries: Sequence[dict[str, Any]]) -> list[str]:
@@ -71,7 +71,7 @@ def write_report(out: Path, summary: dict[str, Any], trajs: Sequence[Trajectory]
     a.bar_label(bars, fmt="%.2f", fontsize=8)  # a zero is a visible "0.00", not a missing bar
     a.set_ylim(0, 1.1)
     a.set_title(f"{summary['policy']} on {summary.get('tasks', '')} (n={summary['n']})")
-    kinds = _turn_outcomes([t for t in trajs if t.error is None])
+    kinds = _turn_outcomes([t for t in trajs if not t.failed])
     bottom = [0] * len(next(iter(kinds.values()), []))
     for kind, counts in kinds.items():
         if not any(counts):
@@ -81,7 +81,8 @@ def write_report(out: Path, summary: dict[str, Any], trajs: Sequence[Trajectory]
     b.set_xlabel("turn")
     b.set_ylabel("episodes")
     b.set_title("what each turn did")
-    b.legend(fontsize=8)
+    if any(any(c) for c in kinds.values()):  # no episode ran: an empty panel, no legend
+        b.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "report.png", dpi=110)
     plt.close(fig)
@@ -91,7 +92,7 @@ def write_report(out: Path, summary: dict[str, Any], trajs: Sequence[Trajectory]
              f"wall time {summary['wall_time_s']} s.", "",
              _table([{**summary, "policy": summary["policy"]}], columns([summary]), "policy"), "", "![report](report.png)", "",
              "## First episodes", ""]
-    for t in [t for t in trajs if t.error is None][:3]:
+    for t in [t for t in trajs if not t.failed][:3]:
         score = (t.verdict or {}).get("score", 0.0)
         lines.append(f"- task `{t.task_id}` — score {score:.2f}, stop: {t.stop_reason}")
         for i, turn in enumerate(t.turns):
@@ -105,9 +106,10 @@ def write_report(out: Path, summary: dict[str, Any], trajs: Sequence[Trajectory]
     for field, groups in summary.get("breakdown", {}).items():
         cols = [c for c in ("n", "score", "em", "f1", "support_recall", "all_passed") if c in next(iter(groups.values()))]
         lines += ["", f"## By {field}", "", _table([{field: v, **m} for v, m in groups.items()], cols, field)]
-    failed = [t for t in trajs if t.error is not None]
+    failed = [t for t in trajs if t.failed]
     if failed:
-        lines += ["", f"## {len(failed)} tasks could not run", ""] + [f"- `{t.task_id}`: {t.error}" for t in failed]
+        lines += ["", f"## {len(failed)} episodes failed (not scored; run the same command again to retry them)", ""]
+        lines += [f"- `{t.task_id}` ({t.stop_reason}): {t.error}" for t in failed]
     (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

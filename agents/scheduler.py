@@ -123,16 +123,22 @@ class EpisodeScheduler:
         env = self._idle_envs.pop() if self._idle_envs else self.make_env()
         try:
             _, info = env.reset(options={"task": task})
-        except Exception as e:  # bad task data: record it, drop the env (its state is unknown), go on
+        except Exception as e:  # bad task data or a dead env server: record it, drop the env (its state is unknown)
             with contextlib.suppress(Exception):
                 env.close()
             self.finished.append(Trajectory(task.id, self.env_id, [], error=f"reset failed: {type(e).__name__}: {e}",
-                                            stop_reason="error", group=task.id))
+                                            stop_reason="reset_error", group=task.id))
             return
         ids = self.renderer.prompt_ids(info["messages"])
         traj = Trajectory(task_id=task.id, env_id=self.env_id, prompt_ids=ids, group=task.id)
         ep = Episode(index, env, task, traj, list(ids), list(info["messages"]), info)
         self._live[index] = ep
+        if len(ids) + self.max_tokens > self.max_context:  # never sent: the engine could not take it
+            traj.stop_reason = "prompt_too_long"
+            traj.meta["prompt_too_long"] = (f"the first prompt is {len(ids)} tokens; with max_tokens {self.max_tokens} "
+                                            f"it does not fit the policy's context of {self.max_context}")
+            self._finish(ep, False, True, None)
+            return
         self.ready.append(ep)
 
     def take_ready(self) -> list[Episode]:
@@ -151,11 +157,7 @@ class EpisodeScheduler:
             turn = Turn(gen.ids, gen.logprobs, gen.text, policy_version=version, finish_reason=gen.finish_reason,
                         error=f"env failed: {type(outcome).__name__}: {outcome}")
             ep.traj.turns.append(turn)
-            ep.traj.stop_reason = "env_error"
-            ep.traj.meta["env_error"] = turn.error
-            with contextlib.suppress(Exception):
-                ep.env.close()
-            self._finish(ep, False, True, None, reuse_env=False)
+            self._fail(ep, "env_error", turn.error)
             return
         o = outcome
         turn = Turn(gen.ids, gen.logprobs, gen.text, tool_call=o.tool_call, error=o.error, reward=o.reward,
@@ -178,6 +180,19 @@ class EpisodeScheduler:
             turn.read.shown = False
         ep.traj.stop_reason = "context_limit"
         self._finish(ep, False, True, None)
+
+    def on_generation_failed(self, ep: Episode, error: Exception) -> None:
+        """The engine could not generate `ep`'s next turn (a dead server, an engine error): the episode fails."""
+        self.busy -= 1
+        self._fail(ep, "engine_error", f"engine failed: {type(error).__name__}: {error}")
+
+    def _fail(self, ep: Episode, reason: str, error: str | None) -> None:
+        """End `ep` as failed for infrastructure reasons: no answer, so never scored; its env is dropped (its
+        state is unknown)."""
+        ep.traj.stop_reason, ep.traj.error = reason, error
+        with contextlib.suppress(Exception):
+            ep.env.close()
+        self._finish(ep, False, True, None, reuse_env=False)
 
     def pop_finished(self) -> list[Trajectory]:
         out = list(self.finished)

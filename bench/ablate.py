@@ -49,7 +49,7 @@ READER_ARG = {"info_gain": "reader", "cw_grpo_adv": "step_reward", "gear_mix": "
 # The per-question values: the verifier's numbers, then the episode's share of invalid tool calls and whether
 # it ended by answering.
 METRICS = [("em", "EM"), ("f1", "F1"), ("support_recall", "support recall"),
-           ("tool_error_rate", "tool-call error rate"), ("answered", "answered")]
+           ("tool_error_share", "tool-call error rate"), ("answered", "answered")]
 BASELINE = "grpo"
 WARM = "warm start (no RL)"
 

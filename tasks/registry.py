@@ -92,18 +92,46 @@ def parse_slice(spec: str) -> tuple[str, slice | None]:
     return m["spec"], slice(*bound)
 
 
-def load_tasks(spec: str, limit: int | None = None) -> list[Task]:
+class DuplicateTaskIdError(ValueError):
+    """Two tasks share an id: results are keyed by task id, so they would merge into one task's samples."""
+
+
+def unique_tasks(tasks: list[Task], spec: str, dedupe: bool = False) -> list[Task]:
+    """`tasks` with every id once: refused (`DuplicateTaskIdError`, the ids named) unless `dedupe`, which keeps
+    the first task of each id."""
+    seen: dict[str, int] = {}
+    for t in tasks:
+        seen[t.id] = seen.get(t.id, 0) + 1
+    repeated = {i: n for i, n in seen.items() if n > 1}
+    if repeated and not dedupe:
+        named = ", ".join(f"{i!r} ×{n}" for i, n in list(repeated.items())[:5])
+        more = f" and {len(repeated) - 5} more" if len(repeated) > 5 else ""
+        raise DuplicateTaskIdError(f"{spec}: {len(repeated)} task ids occur more than once ({named}{more}); give "
+                                   "each task its own id, or pass --dedupe (dedupe=True) to keep the first task of each id")
+    kept, first = [], set()
+    for t in tasks:
+        if t.id not in first:
+            first.add(t.id)
+            kept.append(t)
+    return kept
+
+
+def load_tasks(spec: str, limit: int | None = None, dedupe: bool = False) -> list[Task]:
     """Load tasks from `NAME`, `NAME:SPLIT`, `NAME:PATH`, or a plain path to a Task JSONL file; any of them
-    may end in a range `[start:stop]`."""
+    may end in a range `[start:stop]`. Task ids must be unique (`unique_tasks`; `dedupe` keeps the first)."""
+    tasks = unique_tasks(_load(spec), spec, dedupe)
+    return tasks[:limit] if limit is not None else tasks
+
+
+def _load(spec: str) -> list[Task]:
     base, part = parse_slice(spec)
     if part is not None:
-        tasks = load_tasks(base)[part]
+        tasks = _load(base)[part]
         if not tasks:
-            raise ValueError(f"{spec} selects no tasks: {base} has {len(load_tasks(base))}")
-        return tasks[:limit] if limit is not None else tasks
+            raise ValueError(f"{spec} selects no tasks: {base} has {len(_load(base))}")
+        return tasks
     if ":" not in spec and Path(spec).is_file():
-        tasks = list(read_tasks(spec))
-        return tasks[:limit] if limit is not None else tasks
+        return list(read_tasks(spec))
     name, _, rest = spec.partition(":")
     try:
         source = TASK_SOURCES.get(name)
@@ -123,5 +151,4 @@ def load_tasks(spec: str, limit: int | None = None) -> list[Task]:
         if not path.exists() and source.needs_files:
             avail = sorted(p.stem for p in path.parent.glob("*.jsonl")) if path.parent.is_dir() else []
             raise FileNotFoundError(f"no split {split!r} for {name} at {path}; available: {avail}")
-    tasks = source.loader(path, split)
-    return tasks[:limit] if limit is not None else tasks
+    return source.loader(path, split)

@@ -1,5 +1,7 @@
 """Token-in/token-out and the agent loop, with the real SmolLM2 tokenizer and chat template."""
 
+import dataclasses
+
 import pytest
 
 import sleuth
@@ -81,6 +83,29 @@ def test_context_limit_truncates(hotpot_tasks):
                              SamplingParams(max_tokens=16), max_context=450))
     assert len(traj.turns) < 3
     assert traj.truncated and traj.stop_reason == "context_limit"
+
+
+def test_a_first_prompt_over_the_context_is_never_sent_and_the_run_goes_on(hotpot_tasks):
+    """A task whose prompt cannot fit ends as truncated, with the reason, before the engine sees it."""
+    class Counting:
+        def __init__(self):
+            self.inner, self.prompts = load_policy("oracle"), []
+            self.name, self.version, self.tokenizer, self.parallel_calls = "oracle", 0, self.inner.tokenizer, 1
+            self.max_context = 2000
+
+        def generate(self, requests, sampling):
+            self.prompts += [len(r.prompt_ids) for r in requests]
+            return self.inner.generate(requests, sampling)
+
+    huge = dataclasses.replace(hotpot_tasks[0], id="huge", question="Who? " + "word " * 5000)
+    policy = Counting()
+    trajs = {t.task_id: t for t in run_episodes(lambda: sleuth.make("DocRead-v0"), [huge, hotpot_tasks[1]], policy,
+                                                SamplingParams(max_tokens=16))}
+    assert trajs["huge"].truncated and trajs["huge"].stop_reason == "prompt_too_long" and not trajs["huge"].failed
+    assert "does not fit the policy's context of 2000" in trajs["huge"].meta["prompt_too_long"]
+    assert not trajs["huge"].turns and trajs["huge"].verdict is None
+    assert trajs[hotpot_tasks[1].id].reward == 1.0  # the run went on
+    assert policy.prompts and max(policy.prompts) + 16 <= 2000  # nothing over the context was sent
 
 
 def test_renderer_needs_a_chat_template(tokenizer):

@@ -14,7 +14,7 @@ def test_oracle_scores_em_one_and_writes_a_report(tmp_path):
     assert run_eval(tmp_path, "--policy", "oracle", "--limit", "12") == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["n"] == 12 and summary["em"] == 1.0 and summary["f1"] == 1.0
-    assert summary["support_recall"] == 1.0 and summary["mean_reads"] == 2.0 and summary["tool_call_error_rate"] == 0.0
+    assert summary["support_recall"] == 1.0 and summary["mean_reads"] == 2.0 and summary["tool_error_rate_turns"] == 0.0
     assert len(load_trajectories(tmp_path / "trajectories.jsonl")) == 12
     assert "| oracle |" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "report.png").stat().st_size > 10_000
@@ -83,7 +83,7 @@ def test_title_oracle_reads_by_title_the_named_document_first(tmp_path):
     the oracle; its reads resolve to the same documents."""
     assert run_eval(tmp_path, "--policy", "oracle-title", "--harness", "text", "--limit", "8") == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["f1"] == 1.0 and summary["support_recall"] == 1.0 and summary["tool_call_error_rate"] == 0.0
+    assert summary["f1"] == 1.0 and summary["support_recall"] == 1.0 and summary["tool_error_rate_turns"] == 0.0
     from sleuth.tasks import load_tasks
 
     tasks = {t.id: t for t in load_tasks("hotpotqa:test", limit=8)}

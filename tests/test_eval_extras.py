@@ -41,7 +41,7 @@ def test_bootstrap_ci_brackets_the_mean_and_collapses_without_variance():
     assert bootstrap_ci([0.2] * 10) == (pytest.approx(0.2), pytest.approx(0.2))
 
 
-def test_per_task_has_tool_error_rate_and_answered_by_hand():
+def test_per_task_has_tool_error_share_and_answered_by_hand():
     from sleuth.agents.compare import per_task
     from sleuth.agents.trajectory import Turn
 
@@ -53,19 +53,19 @@ def test_per_task_has_tool_error_rate_and_answered_by_hand():
     out = per_task([episode("a", [True, False, False, False], True), episode("a", [True, True], False),
                     episode("b", [False], True), Trajectory("b", "env", [], error="env died")])
     # task a: error rates 1/4 and 2/2 → mean 0.625; answered 1 and 0 → 0.5; the failed run of b is left out
-    assert out["a"]["tool_error_rate"] == pytest.approx(0.625) and out["a"]["answered"] == 0.5
-    assert out["b"] == {"score": 0.0, "f1": 0.5, "tool_error_rate": 0.0, "answered": 1.0}
+    assert out["a"]["tool_error_share"] == pytest.approx(0.625) and out["a"]["answered"] == 0.5
+    assert out["b"] == {"score": 0.0, "f1": 0.5, "tool_error_share": 0.0, "answered": 1.0}
 
 
 def test_samples_resume_compare_and_report(tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
     assert main(["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--limit", "5", "--samples", "2",
-                 "--out", str(a)]) == 0
+                 "--temperature", "0.7", "--out", str(a)]) == 0
     lines = (a / "trajectories.jsonl").read_text().splitlines()
     assert len(lines) == 10
     (a / "trajectories.jsonl").write_text("\n".join(lines[:7]) + "\n")  # interrupted after 7 episodes
     assert main(["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--limit", "5", "--samples", "2",
-                 "--out", str(a)]) == 0
+                 "--temperature", "0.7", "--out", str(a)]) == 0
     summary = json.loads((a / "summary.json").read_text())
     assert summary["n"] == 10 and summary["pass@1"] == 1.0 and summary["pass@2"] == 1.0
     samples = sorted(json.loads(x)["meta"]["sample"] for x in (a / "trajectories.jsonl").read_text().splitlines())

@@ -45,6 +45,6 @@ def test_lexical_baseline_and_demonstrator_on_test_questions(tmp_path):
     assert reads == {t.task_id: [turn.action_text for turn in t.turns[:3]] for t in demo}
     assert all(r.startswith("read ") and not r[5:].isdigit() for rs in reads.values() for r in rs)
     summary = json.loads((tmp_path / "oracle-lexical" / "summary.json").read_text())
-    assert summary["f1"] == 1.0 and summary["mean_reads"] == 3.0 and summary["tool_call_error_rate"] == 0.0
+    assert summary["f1"] == 1.0 and summary["mean_reads"] == 3.0 and summary["tool_error_rate_turns"] == 0.0
     baseline = json.loads((tmp_path / "lexical" / "summary.json").read_text())
     assert baseline["support_recall"] == summary["support_recall"] > 0.6

@@ -86,8 +86,8 @@ def test_a_killed_server_truncates_episodes_and_loses_none(hotpot_tasks):
         assert time.perf_counter() - start < 30  # no hang
     assert sorted(t.task_id for t in trajs) == sorted(t.id for t in hotpot_tasks[:4])
     broken = [t for t in trajs if t.stop_reason == "env_error"]
-    assert len(broken) == 2 and all(t.truncated and "unreachable" in t.meta["env_error"] for t in broken)
-    assert all("reset failed" in t.error for t in trajs if t.stop_reason == "error")
+    assert len(broken) == 2 and all(t.failed and "unreachable" in t.error for t in broken)
+    assert all("reset failed" in t.error for t in trajs if t.stop_reason == "reset_error")
 
 
 def test_remote_env_errors_are_clear():

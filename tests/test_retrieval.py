@@ -164,7 +164,7 @@ def test_search_env_oracle_scores_one_in_every_harness(tmp_path):
     assert main(argv) == 0
     for run in ("oracle-json", "oracle-text", "oracle-tags"):
         s = json.loads((tmp_path / run / "summary.json").read_text())
-        assert s["em"] == 1.0 and s["support_recall"] == 1.0 and s["tool_call_error_rate"] == 0.0
+        assert s["em"] == 1.0 and s["support_recall"] == 1.0 and s["tool_error_rate_turns"] == 0.0
 
 
 def test_dense_and_hybrid_rank_by_meaning_and_persist(tmp_path):

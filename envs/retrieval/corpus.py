@@ -49,6 +49,8 @@ def load_corpus(path: str | Path, id_field: str = "id", title_field: str = "titl
             raise ValueError(f"{path}:{i + 1}: duplicate id {doc_id!r}")
         seen.add(doc_id)
         docs.append(Doc(doc_id, str(rec.get(title_field, "")), text))
+    if not docs:
+        raise ValueError(f"corpus {path} holds no documents (one JSON object a line)")
     return docs
 
 
