@@ -62,9 +62,10 @@ class SWEEnv(ToolEnv):
                              "SWE-bench's Docker image, so it cannot be an episode here; score patches for it "
                              "with the swe verifier's Docker backend")
         self._drop_workspace()
-        spec = RepoSpec.from_dict(rec["sdist"])
-        self.spec, self.venv = spec, self.cache.env(spec)
-        self.ws = buggy_workspace(self.cache.source(spec), rec, self.workspace_mode)
+        # `repo`, not `spec`: gymnasium's Env.spec is the env's registration (EnvSpec), which its checker reads
+        self.repo = RepoSpec.from_dict(rec["sdist"])
+        self.venv = self.cache.env(self.repo)
+        self.ws = buggy_workspace(self.cache.source(self.repo), rec, self.workspace_mode)
         self.fail_to_pass = swe_test_ids(rec["FAIL_TO_PASS"])
         self.originals: dict[str, str] = {}  # text of each edited file before its first edit
         self._last_tests: dict[str, Any] | None = None
@@ -210,7 +211,7 @@ class SWEEnv(ToolEnv):
             selectors = check_selectors(selector.split()) or self.fail_to_pass
         except ValueError as e:
             raise ToolError(str(e)) from None
-        run = run_pytest(self.sandbox, self.ws, self.venv, self.spec.src_root, selectors, self.spec.pytest_args,
+        run = run_pytest(self.sandbox, self.ws, self.venv, self.repo.src_root, selectors, self.repo.pytest_args,
                          self.test_timeout_s)
         counts: dict[str, int] = {}
         for outcome in run.outcomes.values():

@@ -308,3 +308,19 @@ def test_build_swe_cli(tmp_path):
     missing = subprocess.run([*cli, "--package", "toolz==0.0.0.dev999", "--out", str(tmp_path / "y.jsonl")],
                              capture_output=True, text=True, timeout=600)
     assert missing.returncode == 2 and "pip could not fetch" in missing.stderr
+
+
+def test_swe_env_passes_gymnasiums_full_env_checker(shipped):
+    """Its repository is `env.repo`: gymnasium's `Env.spec` stays the registration the checker reads."""
+    import warnings
+
+    from gymnasium.utils.env_checker import check_env
+
+    env = sleuth.make("sleuth/SWE-v0", tasks=list(shipped.values())[:2])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # any checker warning fails the test
+            check_env(env.unwrapped, skip_render_check=True)
+        assert env.unwrapped.spec.id == "sleuth/SWE-v0" and env.unwrapped.repo.name == "toolz"
+    finally:
+        env.close()
