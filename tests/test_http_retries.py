@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import httpx
@@ -233,6 +234,8 @@ def test_a_dead_env_server_fails_with_the_same_error_after_bounded_retries():
 
 
 def test_remote_env_draws_from_tasks_as_the_local_envs_do(hotpot_tasks):
+    from gymnasium.utils.env_checker import check_env
+
     tasks = hotpot_tasks[:5]
     local = sleuth.make("DocRead-v0", harness="text", tasks=tasks)
     with in_thread(create_app("sleuth/DocRead-v0")) as url:
@@ -242,6 +245,9 @@ def test_remote_env_draws_from_tasks_as_the_local_envs_do(hotpot_tasks):
                 assert remote.reset()[1]["task_id"] in {t.id for t in tasks}
             else:
                 assert remote.reset(seed=seed) == local.reset(seed=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # any checker warning fails the test
+            check_env(remote.unwrapped, skip_render_check=True)  # it resets without a task: drawn from tasks
         remote.close()
         with pytest.raises(ValueError, match="tasks=\\[...\\]"):
             sleuth.make("Remote-v0", url=url).reset()
