@@ -151,7 +151,9 @@ def test_score_command_keeps_every_line(tmp_path, data_dir, capsys):
 def test_score_command_qa_and_bad_input(tmp_path, data_dir):
     rec = json.loads((data_dir / "hotpotqa" / "test.jsonl").read_text().splitlines()[0])
     nq = {"question": "q", "answer": ["Paris", "City of Paris"], "response": "the city of paris"}
-    (tmp_path / "qa.jsonl").write_text(json.dumps({**rec, "response": "Denise Levertov"}) + "\n" + json.dumps(nq) + "\n")
+    (tmp_path / "qa.jsonl").write_text(json.dumps({**rec, "response": "Denise Levertov"}) + "\n\n" + json.dumps(nq) + "\n")
     assert main(["score", "--verifier", "qa", "--input", str(tmp_path / "qa.jsonl"), "--out", str(tmp_path / "o.jsonl")]) == 0
-    assert [json.loads(x)["score"] for x in (tmp_path / "o.jsonl").read_text().splitlines()] == [1.0, 1.0]
+    out = [json.loads(x) for x in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert [o["score"] for o in out] == [1.0, None, 1.0]  # output line N is input line N, a blank one too
+    assert out[1] == {"line": 2, "score": None, "error": "a blank line holds no record"}
     assert main(["score", "--verifier", "qa", "--input", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "x")]) == 2

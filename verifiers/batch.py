@@ -1,7 +1,7 @@
 """Batch scoring of JSONL records: each input line is a task record in its data set's own layout plus a
 `response`; each output line is the record with `score` and `details` added. Every input line gives an
-output line: a line that cannot be scored (bad JSON, bad UTF-8, wrong fields) carries `score: null`, an
-`error` and its raw text, and the rest go on. Scoring is `registry.verdict`, the path the TRL / verl /
+output line, in order: a line that cannot be scored (blank, bad JSON, bad UTF-8, wrong fields) carries
+`score: null`, an `error` and its raw text, and the rest go on. Scoring is `registry.verdict`, the path the TRL / verl /
 OpenRLHF adapters and the verifier server use, so one record scores the same everywhere."""
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from sleuth.verifiers.registry import get_verifier, verdict
 
 
 def _score_line(verifier: Callable[[dict, str], Verdict], number: int, raw: bytes) -> dict[str, Any]:
+    if not raw.strip():  # still a line: output line N stays the verdict of input line N
+        return {"line": number, "score": None, "error": "a blank line holds no record"}
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -39,8 +41,8 @@ def _score_line(verifier: Callable[[dict, str], Verdict], number: int, raw: byte
 
 
 def score_lines(verifier: Callable[[dict, str], Verdict], lines: list[bytes], workers: int = 2) -> Iterator[dict[str, Any]]:
-    """Scored records in input order; blank lines are skipped."""
-    numbered = [(i + 1, line) for i, line in enumerate(lines) if line.strip()]
+    """Scored records in input order, one for every line (a blank one gets `score: null` and an `error`)."""
+    numbered = [(i + 1, line) for i, line in enumerate(lines)]
     with ThreadPoolExecutor(max(1, workers)) as pool:  # code verifiers wait on sandbox subprocesses
         yield from pool.map(lambda item: _score_line(verifier, *item), numbered)
 
@@ -60,7 +62,7 @@ def score_file(name: str, input_path: str | Path, out_path: str | Path, workers:
     lines = Path(input_path).read_bytes().splitlines()
     scores: list[float] = []
     errors = 0
-    with open(out_path, "w", encoding="utf-8") as out, tqdm(total=sum(bool(x.strip()) for x in lines),
+    with open(out_path, "w", encoding="utf-8") as out, tqdm(total=len(lines),
                                                             desc=f"score {name}", disable=not progress) as bar:
         for rec in score_lines(verifier, lines, workers):
             out.write(json.dumps(rec, ensure_ascii=False) + "\n")
