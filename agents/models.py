@@ -61,13 +61,50 @@ class ModelNotFoundError(ValueError):
     """A model name that is neither the embedded model, an existing path, nor in the local hub cache."""
 
 
+class NotAModelDirectory(ModelNotFoundError):
+    """An existing path that does not hold what loading a model needs; the message names what is missing."""
+
+
+# What transformers loads a model from: a config, weights (one file or shards with an index; a PEFT adapter
+# has its own config and weights), and a tokenizer.
+_CONFIGS = ("config.json", "adapter_config.json")
+_WEIGHTS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json",
+            "adapter_model.bin", "tf_model.h5", "flax_model.msgpack")
+_TOKENIZERS = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
+               "*.tiktoken")
+_HOLDS = "config.json, weights such as model.safetensors and tokenizer files such as tokenizer.json"
+
+
+def check_model_dir(path: str | Path) -> None:
+    """Raise NotAModelDirectory, in one line naming what is missing, unless `path` is a directory with a
+    config, weights and tokenizer files (transformers' own errors for these are cut mid-sentence or name
+    a hub download)."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise NotAModelDirectory(f"{path} is a file, not a model directory (a model directory holds {_HOLDS})")
+    missing = []
+    if not any((p / name).is_file() for name in _CONFIGS):
+        missing.append("no config.json")
+    if not any(f.is_file() for pattern in _WEIGHTS for f in p.glob(pattern)):
+        missing.append("no weights")
+    if not any(f.is_file() for pattern in _TOKENIZERS for f in p.glob(pattern)):
+        missing.append("no tokenizer files")
+    if missing:
+        raise NotAModelDirectory(f"{path} is not a model directory: {', '.join(missing)} (a model directory holds "
+                                 f"{_HOLDS})")
+
+
 def resolve_model(name_or_path: str) -> str:
-    """`smollm2` → the cached embedded directory; an existing path, or a hub id already in the local Hugging
-    Face cache, passes through. Anything else is refused at once: with no hub access a typo would
-    otherwise spend a minute in download retries before failing."""
+    """`smollm2` → the cached embedded directory; an existing model directory, or a hub id already in the
+    local Hugging Face cache, passes through. Anything else is refused at once: with no hub access a typo
+    would otherwise spend a minute in download retries before failing, and a directory without a model
+    fails deep inside transformers."""
     if name_or_path in (EMBEDDED, "smollm2-135m-instruct"):
         return str(embedded_model_dir())
-    if name_or_path and (Path(name_or_path).expanduser().exists() or _in_hub_cache(name_or_path)):
+    if name_or_path and Path(name_or_path).expanduser().exists():
+        check_model_dir(name_or_path)
+        return name_or_path
+    if name_or_path and _in_hub_cache(name_or_path):
         return name_or_path
     raise ModelNotFoundError(f"model {name_or_path!r} is neither the embedded model ('{EMBEDDED}'), an existing path, "
                              "nor a model in the local Hugging Face cache (nothing is downloaded here)")

@@ -82,10 +82,12 @@ def load_policy(spec: str, tokenizer_model: str = "smollm2", seed: int = 0, **kw
     if spec in SCRIPTED_POLICIES:
         return SCRIPTED_POLICIES.get(spec)(load_tokenizer(tokenizer_model), seed)
     from sleuth.agents.hf import TransformersPolicy
-    from sleuth.agents.models import EMBEDDED, ModelNotFoundError, resolve_model
+    from sleuth.agents.models import EMBEDDED, ModelNotFoundError, NotAModelDirectory, resolve_model
 
     try:
         resolve_model(spec)
+    except NotAModelDirectory:
+        raise  # a path that exists: what it lacks is the message, not a list of policy names
     except ModelNotFoundError:
         import difflib
 

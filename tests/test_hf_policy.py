@@ -1,4 +1,7 @@
-"""The transformers policy's logprobs are those of the distribution each token was sampled from."""
+"""The transformers policy's logprobs are those of the distribution each token was sampled from; a directory
+that holds no model is refused in one line naming what it lacks."""
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -151,3 +154,36 @@ def test_a_prompt_that_is_not_token_ids_is_refused_clearly(tiny_model_dir, promp
     with pytest.raises(ValueError, match="request 1: prompt_ids must be a non-empty list of token ids"):
         policy.generate([Request(prompt_ids=[1, 2], messages=[], task=None), Request(prompt_ids=prompt, messages=[], task=None)],
                         SamplingParams(max_tokens=2))
+
+
+@pytest.mark.parametrize("contents, missing", [
+    ({}, "no config.json, no weights, no tokenizer files"),
+    ({"config.json": "{}"}, "no weights, no tokenizer files"),
+])
+def test_a_directory_that_is_not_a_model_is_named_in_one_line(tmp_path, contents, missing):
+    import subprocess
+    import sys
+
+    folder = tmp_path / "not-a-model"
+    folder.mkdir()
+    for name, text in contents.items():
+        (folder / name).write_text(text)
+    for argv in (["eval", "--tasks", "hotpotqa:test", "--limit", "1", "--policy", str(folder), "--out",
+                  str(tmp_path / "eval")],
+                 ["train", "--config", "configs/docread_quick.yaml", "--out", str(tmp_path / "train"), "--set",
+                  f"model={folder}"]):
+        r = subprocess.run([sys.executable, "-m", "sleuth.cli", *argv], capture_output=True, text=True, timeout=300,
+                           cwd=Path(__file__).parents[1])
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode != 0 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert lines[0].startswith("error: ") and f"{folder} is not a model directory: {missing} (a model " \
+            "directory holds config.json, weights such as model.safetensors and tokenizer files such as " \
+            "tokenizer.json)" in lines[0]
+
+
+def test_a_model_directory_passes_the_check_and_a_file_does_not(tiny_model_dir):
+    from sleuth.agents.models import NotAModelDirectory, check_model_dir, resolve_model
+
+    assert resolve_model(tiny_model_dir) == tiny_model_dir
+    with pytest.raises(NotAModelDirectory, match="is a file, not a model directory"):
+        check_model_dir(Path(tiny_model_dir) / "config.json")
