@@ -74,7 +74,7 @@ def test_ctrl_c_exits_130_without_a_traceback_and_keeps_finished_episodes(tmp_pa
     # is reset to its default in the child: a suite started in the background (`nohup`, `cmd &` without job
     # control) inherits it ignored, and Python then never raises KeyboardInterrupt.
     proc = subprocess.Popen([SLEUTH, "eval", "--tasks", "hotpotqa:train", "--policy", "oracle", "--concurrency", "1",
-                             "--samples", "40", "--out", "out"], cwd=tmp_path, env=clean, stderr=subprocess.PIPE,
+                             "--samples", "40", "--temperature", "0.7", "--out", "out"], cwd=tmp_path, env=clean, stderr=subprocess.PIPE,
                             text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     out = tmp_path / "out" / "trajectories.jsonl"
     deadline = time.monotonic() + 120
