@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -47,6 +47,12 @@ class Estimator(ABC):
 
     mixing: MixingSpec | None = None
     step_source: Estimator | None = None
+    # True when the outcome advantage is taken relative to the other members of the trajectory's group (a
+    # group mean, std or leave-one-out baseline): a group of one then has no outcome signal at all, so
+    # `rollout.group_size: 1` is refused before anything loads. Every estimator sleuth ships baselines its
+    # outcome on the group; one that scores a lone episode on its own (an absolute reward, a learned value)
+    # sets it False. Read from the class, without building it (`declares_group_relative`).
+    group_relative: ClassVar[bool] = True
 
     @abstractmethod
     def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> Advantages: ...
@@ -77,6 +83,27 @@ def register(name: str, source: str = "user") -> Callable[[Callable[..., Estimat
 def names() -> list[str]:
     """The registered estimators, plugins' included."""
     return ESTIMATORS.names()
+
+
+def declares_group_relative(name: str) -> bool | None:
+    """Estimator `name`'s `group_relative`, read without building it (building may load a reader model):
+    from the registered class, or from the class a registered factory's return annotation names; None when
+    neither says (an unknown name included: building it reports that)."""
+    import typing
+
+    try:
+        factory = ESTIMATORS.get(name)
+    except LookupError:
+        return None
+    cls: Any = factory
+    if not isinstance(factory, type):
+        try:
+            cls = typing.get_type_hints(factory).get("return")
+        except Exception:  # an annotation that does not resolve declares nothing
+            return None
+    if isinstance(cls, type) and issubclass(cls, Estimator):
+        return bool(cls.group_relative)
+    return None
 
 
 def make(name: str, **kwargs: Any) -> Estimator:

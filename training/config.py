@@ -24,6 +24,15 @@ class ConfigError(ValueError):
     pass
 
 
+class TrainingError(RuntimeError):
+    """A run that cannot go on (every episode of a step failed, no checkpoint to resume is complete): the
+    message is one line that says what to do; `sleuth train` / `sleuth sft` print it and exit non-zero."""
+
+
+class TrainingWarning(UserWarning):
+    """A run that goes on but may not learn (steps with no learning signal); the CLI prints it in one line."""
+
+
 OLD_LOGPROBS = ("recompute", "rollout")
 
 
@@ -163,6 +172,14 @@ class TrainConfig:
                              "update.old_logprobs: rollout they are the same policy: set old_logprobs: recompute "
                              "or rollout_is: none")
         rc = self.rollout
+        if rc.group_size == 1:
+            import sleuth.rewards  # noqa: F401  (registers the shipped estimators)
+            from sleuth.rewards.base import declares_group_relative
+
+            if declares_group_relative(self.algorithm.estimator):
+                raise ValueError(f"rollout.group_size 1 leaves algorithm.estimator {self.algorithm.estimator!r} "
+                                 "nothing to learn from: it compares each episode with the others of its group, so "
+                                 "every advantage is 0; set rollout.group_size to 2 or more")
         if rc.max_staleness > 0:
             if rc.zero_variance == "dynamic":
                 raise ValueError("rollout.max_staleness > 0 takes whole steps of groups from a stream; "
