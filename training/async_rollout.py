@@ -8,14 +8,16 @@ trains (one-step off-policy). An episode in flight across a weight update goes o
 its turns carry the versions that produced them, and the loss uses each turn's own sampling logprobs
 (`Turn.action_logprobs`) for the behaviour-policy correction (`loss.rollout_is`). When a group is taken,
 its staleness is the current version minus the oldest version of any of its turns; a group staler than
-`max_staleness` is dropped whole (a GRPO group is trained only complete) and counted."""
+`max_staleness` is dropped whole (a GRPO group is trained only complete) and counted. A group with a failed
+episode (`Trajectory.failed`) is handed back apart (`Taken.failed`), whatever its age: it never trains, and
+the trainer records it."""
 
 from __future__ import annotations
 
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gymnasium
 
@@ -33,6 +35,7 @@ class Taken:
     dropped: int  # trajectories of groups dropped as staler than the bound
     staleness: list[int]  # per kept trajectory: current version − the oldest version among its turns
     partial: int  # kept trajectories whose turns came from more than one version
+    failed: list[Trajectory] = field(default_factory=list)  # the groups with a failed episode, group after group
 
 
 def staleness(traj: Trajectory, version: int) -> int:
@@ -101,8 +104,10 @@ class RolloutStream:
 
     def take(self, n_groups: int, version: int, timeout_s: float = 3600.0) -> Taken:
         """`n_groups` complete groups (waiting for them), those within the staleness bound of `version`
-        kept; taking one step's worth lets the feed release the next step's tasks."""
+        kept and those with a failed episode set apart; taking one step's worth lets the feed release the
+        next step's tasks."""
         kept: list[Trajectory] = []
+        failed: list[Trajectory] = []
         stale: list[int] = []
         dropped = partial = got = 0
         with self.cond:
@@ -113,6 +118,9 @@ class RolloutStream:
                     raise RuntimeError(f"the rollout stream failed: {type(self.error).__name__}: {self.error}") from self.error
                 group = self.ready.popleft()
                 got += 1
+                if any(t.failed for t in group):
+                    failed += group
+                    continue
                 ages = [staleness(t, version) for t in group]
                 if max(ages) > self.max_staleness:
                     dropped += len(group)
@@ -122,7 +130,7 @@ class RolloutStream:
                 partial += sum(len({turn.policy_version for turn in t.turns}) > 1 for t in group)
             self.taken_steps += 1
             self.cond.notify_all()
-        return Taken(kept, dropped, stale, partial)
+        return Taken(kept, dropped, stale, partial, failed)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop issuing tasks; the episodes in flight end on their own (the thread is a daemon)."""

@@ -114,16 +114,30 @@ def nll_numerator(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 class SFTTrainer:
     def __init__(self, cfg: SFTConfig, resume: bool = False, progress: bool = True):
+        self.cfg, self.progress = cfg, progress
+        self.rank, self.world = init_distributed()
+        self.out = Path(cfg.out)
+        self.lock = checkpoint.own_run_dir(self.out)  # one process (group) per run directory, until train ends
+        try:
+            self._setup(cfg, resume)
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        """Let another process have the run directory."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def _setup(self, cfg: SFTConfig, resume: bool) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from sleuth.agents.models import resolve_model
         from sleuth.tasks import LeakageError, check_tasks, held_out_specs, load_held_out, load_tasks
 
-        self.cfg, self.progress = cfg, progress
-        self.rank, self.world = init_distributed()
-        self.out = Path(cfg.out)
         self.ckpt_root = self.out / "checkpoints"
-        if not resume and checkpoint.latest(self.ckpt_root):
+        if not resume and checkpoint.has_run(self.ckpt_root):
             raise ConfigError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
         d = cfg.data
         try:
@@ -146,7 +160,7 @@ class SFTTrainer:
         self.forward = ScoredForward(self.engine, self.engine.module, packed=cfg.packing)
         self.step = 0
         if resume:
-            state = checkpoint.load(self.engine, self.ckpt_root)
+            state = checkpoint.resume(self.engine, self.ckpt_root, self.out)
             self.step = int(state["step"]) if state else 0
         self.logger = (MetricsLogger(self.out, self.step, cfg.tensorboard, cfg.wandb, to_dict(cfg))
                        if self.rank == 0 else None)
@@ -197,6 +211,7 @@ class SFTTrainer:
             bar.close()
             if self.logger:
                 self.logger.close()
+            self.release()
 
     def _finish(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         self.save()

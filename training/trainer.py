@@ -1,7 +1,15 @@
 """The trainer loop. Each step: rollouts from the agent loop (each rank runs its share of the step's
 task groups) → advantages from the configured estimator → one policy update on the DeepSpeed engine →
 weight sync to the rollout engine, verified → metrics, checkpoint. With `rollout.max_staleness` ≥ 1 the
-rollouts come from a `RolloutStream` that samples while the update runs (asynchronous training)."""
+rollouts come from a `RolloutStream` that samples while the update runs (asynchronous training).
+
+An episode that failed for infrastructure reasons (`Trajectory.failed`: the env could not reset or step,
+the engine could not generate) is no outcome of the policy: its whole group leaves the update (a group
+baseline over the survivors would be another group's), it is counted (`episodes/failed`,
+`groups/dropped_failed`), kept out of the reward metrics and still written to the rollouts file. A step
+whose every episode failed stops the run (`EpisodesFailedError`). A step whose update had no learning
+signal (every advantage 0, or a zero gradient) is flagged (`no_signal`) and warned about once, with the
+count at the end of the run."""
 
 from __future__ import annotations
 
@@ -10,6 +18,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +30,7 @@ from sleuth.agents.requests import WeightsGate
 from sleuth.agents.trajectory import Trajectory
 from sleuth.training import checkpoint
 from sleuth.training.async_rollout import RolloutStream
-from sleuth.training.config import ConfigError, TrainConfig, to_dict
+from sleuth.training.config import ConfigError, TrainConfig, TrainingError, TrainingWarning, to_dict
 from sleuth.training.engine import (
     build_engine,
     device,
@@ -36,10 +45,45 @@ from sleuth.training.sampler import TaskSampler
 from sleuth.training.update import PolicyUpdater, all_sum
 
 PROBE = [{"role": "user", "content": "Which city is the capital of France? Answer in one word."}]
+NO_SIGNAL_ADVICE = ("raise rollout.group_size or rollout.temperature, add a step reward (algorithm.estimator: "
+                    "info_gain), or sample more groups (rollout.zero_variance: dynamic)")
+
+
+class EpisodesFailedError(TrainingError):
+    """Every episode of a step failed for infrastructure reasons: there is nothing to train on."""
+
+
+@dataclass
+class Collected:
+    """A step's rollouts on this rank."""
+    kept: list[Trajectory]  # the trajectories the update trains on
+    seen: list[Trajectory]  # every trajectory sampled, failed ones included (metrics, the rollouts file)
+    zero_var: Counter = field(default_factory=Counter)  # zero-variance groups: "correct" / "wrong"
+    stream: dict[str, Any] | None = None  # what the rollout stream reports (None without one)
+    dropped_failed: int = 0  # groups left out because a member failed
 
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, resume: bool = False, progress: bool = True):
+        self.cfg, self.progress = cfg, progress
+        self.rank, self.world = init_distributed()
+        self.out = Path(cfg.out)
+        self.lock = checkpoint.own_run_dir(self.out)  # one process (group) per run directory, until train ends
+        try:
+            self._setup(cfg, resume)
+        except BaseException:
+            if hasattr(self, "rollout"):  # e.g. a checkpoint that cannot be restored: stop the engine it started
+                self.rollout.close()
+            self.release()
+            raise
+
+    def release(self) -> None:
+        """Let another process have the run directory."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def _setup(self, cfg: TrainConfig, resume: bool) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from sleuth import rewards
@@ -48,14 +92,11 @@ class Trainer:
         from sleuth.tasks import LeakageError, check_tasks, held_out_specs, load_held_out, load_tasks
         from sleuth.training.rollout import make_rollout
 
-        self.cfg, self.progress = cfg, progress
-        self.rank, self.world = init_distributed()
         if cfg.rollout.tasks_per_step % self.world:
             raise ConfigError(f"rollout.tasks_per_step ({cfg.rollout.tasks_per_step}) must be a multiple of the "
                               f"number of processes ({self.world}): each rank trains on whole groups")
-        self.out = Path(cfg.out)
         self.ckpt_root = self.out / "checkpoints"
-        if not resume and checkpoint.latest(self.ckpt_root):
+        if not resume and checkpoint.has_run(self.ckpt_root):
             raise ConfigError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
         torch.manual_seed(cfg.seed + self.rank)
         self.estimator = rewards.make(cfg.algorithm.estimator, **cfg.algorithm.estimator_args)
@@ -78,6 +119,7 @@ class Trainer:
         model.config.use_cache = False
         self.engine = build_engine(model, cfg.engine)
         self.mismatch_warned = False
+        self.no_signal_steps: list[int] = []
         ref = None
         if cfg.loss.kl_coef > 0:
             ref = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype).to(device()).eval()
@@ -98,7 +140,7 @@ class Trainer:
         self.rollout = make_rollout(cfg, self.model_path, dtype, self.probe_ids)
         self.step, version = 0, 0
         if resume:
-            state = checkpoint.load(self.engine, self.ckpt_root)
+            state = checkpoint.resume(self.engine, self.ckpt_root, self.out)
             if state is not None:
                 self.step, version = int(state["step"]), int(state["policy_version"])
                 self.sampler.load(state["sampler"])
@@ -120,6 +162,7 @@ class Trainer:
         rows = []
         cfg = self.cfg
         bar = tqdm(total=cfg.max_steps, initial=self.step, desc="train", disable=not self.progress or self.rank != 0)
+        first = self.step + 1
         try:
             while self.step < cfg.max_steps:
                 row = self.train_step()
@@ -130,6 +173,11 @@ class Trainer:
                 every = cfg.checkpoint.every
                 if (every and self.step % every == 0) or self.step == cfg.max_steps:
                     self.save()
+            if self.no_signal_steps and self.rank == 0:
+                n = len(self.no_signal_steps)
+                warnings.warn(f"{n} of the {self.step - first + 1} steps trained had no learning signal "
+                              f"(step{'s' if n > 1 else ''} {_ranges(self.no_signal_steps)}): {NO_SIGNAL_ADVICE}",
+                              TrainingWarning, stacklevel=2)
             if cfg.checkpoint.export_hf:
                 checkpoint.export_hf(self.engine, self.model_path, self.out / "hf", self.tokenizer)
         finally:
@@ -139,6 +187,7 @@ class Trainer:
             if self.stream is not None:
                 self.stream.close()
             self.rollout.close()
+            self.release()
         return rows
 
     def save(self) -> None:
@@ -150,8 +199,11 @@ class Trainer:
 
         step = self.step + 1
         t0, cpu0 = time.perf_counter(), time.process_time()
-        kept, seen, zero_var, stream = self.collect(step)
+        got = self.collect(step)
+        kept, seen = got.kept, got.seen
         self._write_rollouts(step, seen)
+        self._check_failures(step, seen)
+        ok = [t for t in seen if not t.failed]  # a failed episode has no outcome: no reward metric counts it
         t1 = time.perf_counter()
         est = self.estimator(kept, self.tasks_by_id)
         advantages = est.values
@@ -164,20 +216,29 @@ class Trainer:
         t4 = time.perf_counter()
         self.step = step
         local = {
-            "rewards": [t.reward for t in seen], "truncated": [float(t.truncated) for t in seen],
-            "length_correct": [t.num_policy_tokens for t in seen if t.reward > 0],
-            "length_wrong": [t.num_policy_tokens for t in seen if t.reward <= 0],
-            "components": {**_components(seen), **est.metrics},
+            "rewards": [t.reward for t in ok], "truncated": [float(t.truncated) for t in ok],
+            "length_correct": [t.num_policy_tokens for t in ok if t.reward > 0],
+            "length_wrong": [t.num_policy_tokens for t in ok if t.reward <= 0],
+            "components": {**_components(ok), **est.metrics},
             # per policy token, the advantage the loss used (for gear_mix: the mixed one, from the update)
             "adv": upd.pop("mixed_adv", None) or (np.concatenate([np.asarray(a).reshape(-1) for a in advantages]).tolist()
                                                   if advantages else []),
-            "groups": len(groups(seen)), "zero_var": dict(zero_var), "gen_tokens": sum(t.num_policy_tokens for t in seen),
-            "stream": stream, **upd,
+            "groups": len(groups(seen)), "zero_var": dict(got.zero_var),
+            "gen_tokens": sum(t.num_policy_tokens for t in seen), "stream": got.stream,
+            "failed": len(seen) - len(ok), "dropped_failed": got.dropped_failed, **upd,
         }
         # step_cpu: this process's CPU seconds over the step, all its threads (episodes per CPU-minute is
         # what a CPU run is limited by); a vLLM server's own are not in it
         row = self._summarise(_gather(local), {"rollout": t1 - t0, "reward": t2 - t1, "update": t3 - t2,
                                                "sync": t4 - t3, "step_cpu": time.process_time() - cpu0}, sync)
+        # no learning signal: nothing the reward said reached the weights (no trajectory kept, every advantage 0,
+        # or a gradient of exactly 0); the same decision on every rank (the row is global)
+        row["no_signal"] = float(not row["adv/absmax"] > 0 or row["grad_norm"] == 0)
+        if row["no_signal"]:
+            self.no_signal_steps.append(step)
+            if len(self.no_signal_steps) == 1 and self.rank == 0:
+                warnings.warn(f"step {step}: no learning signal ({_why_no_signal(row)}): the update moved nothing "
+                              f"towards the reward; {NO_SIGNAL_ADVICE}", TrainingWarning, stacklevel=2)
         if self.logger:
             self.logger.log(step, row)
             # once a run (the metric is in every row); stale by design under max_staleness
@@ -189,6 +250,18 @@ class Trainer:
                               "(loss.rollout_is corrects it; bf16 engines round the two apart by ~0.02)",
                               stacklevel=1)
         return row
+
+    def _check_failures(self, step: int, seen: Sequence[Trajectory]) -> None:
+        """Stop the run (every rank alike) when every episode of the step, on every rank, failed."""
+        failed = [t for t in seen if t.failed]
+        if all_sum(len(seen) - len(failed)) > 0 or not all_sum(len(seen)):
+            return
+        first = next((p for p in _gather({"first": (failed[0].stop_reason, failed[0].error) if failed else None})
+                      if p["first"] is not None), {"first": ("", "")})["first"]
+        reason = (str(first[1] or "").strip().splitlines() or [""])[0]
+        raise EpisodesFailedError(f"step {step}: all {int(all_sum(len(seen)))} episodes failed, nothing to train on "
+                                  f"(the first: {first[0]}: {reason}); fix the cause, then rerun with --resume to "
+                                  "continue from the last checkpoint")
 
     def _write_rollouts(self, step: int, trajs: Sequence[Trajectory]) -> None:
         """Every trajectory of the step, as the agent loop recorded it (one file per rank)."""
@@ -220,36 +293,36 @@ class Trainer:
                              self.rollout.policy, sampling, group_size=rc.group_size, concurrency=rc.concurrency,
                              max_staleness=rc.max_staleness, env_id=cfg.env, env_workers=rc.env_workers, gate=self.gate)
 
-    def collect(self, step: int) -> tuple[list[Trajectory], list[Trajectory], Counter, dict[str, Any] | None]:
-        """This rank's trajectories for the update (zero-variance groups kept, dropped, or replaced by
-        more sampling as configured), all trajectories seen (for metrics), the zero-variance counts, and
-        what the rollout stream reports (None without one)."""
+    def collect(self, step: int) -> Collected:
+        """This rank's trajectories for the update: groups with a failed episode left out, zero-variance
+        groups kept, dropped, or replaced by more sampling as configured (`dynamic` also replaces the
+        failed ones)."""
         from sleuth.rewards.base import groups
 
         rc = self.cfg.rollout
-        kept: list[Trajectory] = []
-        seen: list[Trajectory] = []
-        zero_var: Counter = Counter()
-        stream = None
+        got = Collected([], [])
         rounds = rc.dynamic_max_rounds if rc.zero_variance == "dynamic" else 1
         for round_ in range(rounds):
             if self.stream is not None:
                 taken = self.stream.take(rc.tasks_per_step // self.world, self.rollout.policy.version)
-                trajs = taken.trajs
-                stream = {"dropped": taken.dropped, "staleness": taken.staleness, "partial": taken.partial}
+                trajs = taken.trajs + taken.failed
+                got.stream = {"dropped": taken.dropped, "staleness": taken.staleness, "partial": taken.partial}
             else:
                 trajs = self._rollout_round(step, round_)
-            seen += trajs
+            got.seen += trajs
             for idx in groups(trajs).values():
+                if any(trajs[i].failed for i in idx):  # its baseline would be over the survivors only
+                    got.dropped_failed += 1
+                    continue
                 rewards = [trajs[i].reward for i in idx]
                 if max(rewards) - min(rewards) < 1e-9:
-                    zero_var["correct" if rewards[0] > 0 else "wrong"] += 1
+                    got.zero_var["correct" if rewards[0] > 0 else "wrong"] += 1
                     if rc.zero_variance != "keep":
                         continue
-                kept += [trajs[i] for i in idx]
-            if rc.zero_variance != "dynamic" or all_sum(len(groups(kept))) >= rc.tasks_per_step:
+                got.kept += [trajs[i] for i in idx]
+            if rc.zero_variance != "dynamic" or all_sum(len(groups(got.kept))) >= rc.tasks_per_step:
                 break
-        return kept, seen, zero_var, stream
+        return got
 
     def _rollout_round(self, step: int, round_: int) -> list[Trajectory]:
         import sleuth
@@ -307,6 +380,8 @@ class Trainer:
             zv.update(p["zero_var"])
         row["groups/zero_var_correct"] = zv["correct"] / max(n_groups, 1)
         row["groups/zero_var_wrong"] = zv["wrong"] / max(n_groups, 1)
+        row["episodes/failed"] = sum(p["failed"] for p in parts)
+        row["groups/dropped_failed"] = sum(p["dropped_failed"] for p in parts)
         lc, lw = cat("length_correct"), cat("length_wrong")
         row["length/correct"] = float(np.mean(lc)) if lc else float("nan")
         row["length/wrong"] = float(np.mean(lw)) if lw else float("nan")
@@ -335,6 +410,28 @@ def _components(trajs: Sequence[Trajectory]) -> dict[str, list[float]]:
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 out.setdefault(k, []).append(float(v))
     return out
+
+
+def _why_no_signal(row: dict[str, Any]) -> str:
+    if not np.isfinite(row["adv/absmax"]):
+        return "no trajectory was left to train on"
+    if not row["adv/absmax"] > 0:
+        zv = row["groups/zero_var_correct"] + row["groups/zero_var_wrong"]
+        n = row["groups/dropped_failed"]
+        failed = f", {n} left out for a failed episode" if n else ""
+        return f"every advantage was 0; {zv:.0%} of the groups scored alike{failed}"
+    return "the gradient was exactly 0"
+
+
+def _ranges(steps: Sequence[int]) -> str:
+    """1, 2, 3, 5 → "1-3, 5"."""
+    out: list[list[int]] = []
+    for s in steps:
+        if out and s == out[-1][1] + 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in out)
 
 
 def _gather(obj: dict[str, Any]) -> list[dict[str, Any]]:
