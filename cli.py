@@ -436,8 +436,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except KeyboardInterrupt:  # finished work is on disk (episodes, checkpoints); rerunning resumes
-        print("\ninterrupted: what finished is kept; run the same command again to resume", file=sys.stderr)
+    except KeyboardInterrupt:  # a command that can continue says how (`on_interrupt`: train and sft need --resume)
+        resumes = "interrupted: what finished is kept; run the same command again to resume"  # eval's episodes
+        print("\n" + getattr(args, "on_interrupt", resumes if args.command == "eval" else "interrupted"),
+              file=sys.stderr)
         return 130
 
 

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from sleuth.cli_args import bounded, fail, parse_kv
+
+# What Ctrl-C leaves behind: the checkpoints written so far; a plain rerun is refused (the directory holds a run)
+ON_INTERRUPT = "interrupted: rerun with --resume to continue from the last checkpoint"
 
 
 def _run_config(args: argparse.Namespace, load: Callable[..., Any]) -> Any:
@@ -20,13 +26,39 @@ def _run_config(args: argparse.Namespace, load: Callable[..., Any]) -> Any:
     return load(args.config, overrides)
 
 
+def _stopped(e: BaseException) -> int:
+    """A run that cannot go on (`TrainingError`, `RunDirBusyError`): its one-line message, from one rank
+    only (every rank raises it alike), and a non-zero exit instead of a traceback per rank."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"error: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}", file=sys.stderr)
+    return 1
+
+
+def _one_line_warnings() -> None:
+    """sleuth's own training warnings print as one line (`warning: ...`); others keep Python's format."""
+    from sleuth.training.config import TrainingWarning
+
+    shown = warnings.showwarning
+
+    def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if issubclass(category, TrainingWarning):
+            from tqdm import tqdm
+
+            tqdm.write(f"warning: {message}", file=sys.stderr)  # on a line of its own, above the progress bar
+        else:
+            shown(message, category, *args, **kwargs)
+
+    warnings.showwarning = show
+
+
 def _run_training(args: argparse.Namespace, load: Callable[..., Any], trainer_class: Callable[[], Any],
                   done: str, metric: str, env_of: Callable[[Any], tuple[str, dict] | None]) -> int:
     """`sleuth train` and `sleuth sft`: validate the config, the model name and the env (`env_of(cfg)`:
     the env id and args it runs, or None) before anything heavy is imported, build the trainer, train, then
     rank 0 plots the curves (`OUT/training.png`) and says where the run stopped."""
     from sleuth.agents.models import ModelNotFoundError, resolve_model
-    from sleuth.training.config import ConfigError
+    from sleuth.rundir import RunDirBusyError
+    from sleuth.training.config import ConfigError, TrainingError
 
     try:
         cfg = _run_config(args, load)
@@ -40,14 +72,19 @@ def _run_training(args: argparse.Namespace, load: Callable[..., Any], trainer_cl
             sleuth.make(env[0], **env[1]).close()
         except Exception as e:  # an unknown id or a bad argument, named before minutes of loading
             return fail(f"cannot build env {env[0]!r}: {type(e).__name__}: {e}")
+    _one_line_warnings()
     try:
         trainer = trainer_class()(cfg, resume=args.resume)
     except (ConfigError, FileNotFoundError, ValueError) as e:
         return fail(str(e))
+    except (TrainingError, RunDirBusyError) as e:  # no checkpoint to resume is complete; another run owns --out
+        return _stopped(e)
     try:
         rows = trainer.train()
     except ConfigError as e:  # found while building data (e.g. held-out questions in SFT data)
         return fail(str(e))
+    except TrainingError as e:  # e.g. every episode of a step failed; the checkpoints written so far stay
+        return _stopped(e)
     if trainer.rank == 0:
         from sleuth.training.metrics import plot_run
 
@@ -107,7 +144,7 @@ def add_training_parsers(sub: Any) -> None:
         t.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
         t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help=f"override any config key, e.g. --set {example} (repeatable)")
-        t.set_defaults(fn=fn)
+        t.set_defaults(fn=fn, on_interrupt=ON_INTERRUPT)
     pl = sub.add_parser("plot", help="plot a training run's metrics to RUN/training.png")
     pl.add_argument("run")
     pl.set_defaults(fn=cmd_plot)
