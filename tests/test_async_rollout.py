@@ -104,6 +104,26 @@ def test_staleness_bound_drops_and_counts_exactly_the_stale_groups(hotpot_tasks)
         s.close()
 
 
+def test_a_group_with_a_failed_episode_is_set_apart(hotpot_tasks):
+    """A task whose documents are gone fails at reset: its group comes back in `failed` (to be recorded and
+    counted), never in `trajs` (to be trained)."""
+    from sleuth.tasks.base import Task
+
+    good, cut = hotpot_tasks[0], Task(id="cut", question="q?", answer="a", payload={})
+    it = iter(range(10**6))
+    s = RolloutStream(lambda: sleuth.make("DocRead-v0", harness="text"),
+                      lambda: [good, cut] if next(it) % 2 == 0 else [good, good], load_policy("oracle"),
+                      SamplingParams(), group_size=2, concurrency=4, max_staleness=1)
+    try:
+        first = s.take(2, version=0)
+        assert [t.task_id for t in first.trajs] == [good.id] * 2 and first.staleness == [0, 0]
+        assert [t.task_id for t in first.failed] == ["cut", "cut"]
+        assert all(t.failed and t.stop_reason == "reset_error" for t in first.failed)
+        assert len({t.group for t in first.failed}) == 1 and first.dropped == 0
+    finally:
+        s.close()
+
+
 class Pausing:
     """The oracle, pausing its second turn until released; logprob −(version + 1) on every id."""
 

@@ -173,8 +173,9 @@ def test_sft_cli_oracle_warm_start_exports_and_resumes(tiny_model_dir, tmp_path)
     out = tmp_path / "sft"
     args = [sys.executable, "-m", "sleuth.cli", "sft", "--out", str(out), "--set", f"model={tiny_model_dir}",
             "--set", "data.task_limit=4", "--set", "batch_size=2", "--set", "tensorboard=false"]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run([*args, "--resume"], capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"no checkpoint in {out}: starting from step 0" in proc.stderr  # --resume into a new directory says so
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and rows[0]["data/accept_rate"] == 1.0  # the oracle scores 1
     assert (out / "training.png").exists() and len((out / "data" / "round-0.jsonl").read_text().splitlines()) == 4
@@ -185,6 +186,7 @@ def test_sft_cli_oracle_warm_start_exports_and_resumes(tiny_model_dir, tmp_path)
     assert again.returncode != 0 and "already holds a run" in again.stderr
     more = subprocess.run([*args, "--resume", "--set", "epochs=2"], capture_output=True, text=True, timeout=600, env=env)
     assert more.returncode == 0, more.stderr[-2000:]
+    assert f"resumed {out} from step 2 (checkpoint step-000002)" in more.stderr
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
 

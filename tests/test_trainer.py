@@ -111,13 +111,13 @@ def test_zero_variance_drop_and_dynamic(tiny_model_dir, tmp_path):
 
     drop = Trainer(_cfg(tiny_model_dir, tmp_path / "drop", max_steps=1, **{"rollout.zero_variance": "drop"}),
                    progress=False)
-    kept, seen, zv, _ = drop.collect(1)
-    assert kept == [] and len(seen) == 4 and zv["wrong"] == 2
-    assert drop.updater.update(kept, []) == {"skipped": 1}
+    got = drop.collect(1)
+    assert got.kept == [] and len(got.seen) == 4 and got.zero_var["wrong"] == 2
+    assert drop.updater.update(got.kept, []) == {"skipped": 1}
     dyn = Trainer(_cfg(tiny_model_dir, tmp_path / "dyn", max_steps=1,
                        **{"rollout.zero_variance": "dynamic", "rollout.dynamic_max_rounds": 2}), progress=False)
-    kept, seen, zv, _ = dyn.collect(1)
-    assert kept == [] and len(seen) == 8 and zv["wrong"] == 4
+    got = dyn.collect(1)
+    assert got.kept == [] and len(got.seen) == 8 and got.zero_var["wrong"] == 4
     assert dyn.sampler.cursor == 4  # two rounds of two tasks drawn
 
 
@@ -159,6 +159,7 @@ def test_kill_and_resume_continues(tiny_model_dir, tmp_path):
     again = subprocess.run([sys.executable, "-m", "sleuth.cli", "train", "--out", str(killed), *args, "--resume"],
                            env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "already at step 4: nothing to train" in again.stdout, again.stderr[-2000:]
+    assert f"resumed {killed} from step 4 (checkpoint step-000004)" in again.stderr
     assert [r["step"] for r in read_metrics(killed / "metrics.jsonl")] == [1, 2, 3, 4]
 
 
