@@ -122,6 +122,7 @@ PLOTS = [
     ("ratio", ["ratio/p99", "ppo_kl"]),
     ("engine-trainer mismatch", ["mismatch/mean", "mismatch/p99"]),
     ("zero-variance groups", ["groups/zero_var_correct", "groups/zero_var_wrong"]),
+    ("failed episodes (never trained)", ["episodes/failed", "groups/dropped_failed"]),
     ("grad norm", ["grad_norm"]),
     ("response length", ["length/correct", "length/wrong"]),
     ("time per stage (s)", ["time/rollout", "time/reward", "time/update", "time/sync"]),
