@@ -26,10 +26,19 @@ def _run_config(args: argparse.Namespace, load: Callable[..., Any]) -> Any:
     return load(args.config, overrides)
 
 
+def _rank0() -> bool:
+    """Every rank of a `torchrun` meets the same refusal: rank 0 alone says it."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _refused(message: str) -> int:
+    return fail(message) if _rank0() else 2
+
+
 def _stopped(e: BaseException) -> int:
     """A run that cannot go on (`TrainingError`, `RunDirBusyError`): its one-line message, from one rank
     only (every rank raises it alike), and a non-zero exit instead of a traceback per rank."""
-    if int(os.environ.get("RANK", "0")) == 0:
+    if _rank0():
         print(f"error: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}", file=sys.stderr)
     return 1
 
@@ -64,25 +73,25 @@ def _run_training(args: argparse.Namespace, load: Callable[..., Any], trainer_cl
         cfg = _run_config(args, load)
         resolve_model(cfg.model)  # a typo'd model fails here, before DeepSpeed and the weights load
     except (ConfigError, ModelNotFoundError) as e:
-        return fail(str(e))
+        return _refused(str(e))
     if (env := env_of(cfg)) is not None:
         import sleuth
 
         try:
             sleuth.make(env[0], **env[1]).close()
         except Exception as e:  # an unknown id or a bad argument, named before minutes of loading
-            return fail(f"cannot build env {env[0]!r}: {type(e).__name__}: {e}")
+            return _refused(f"cannot build env {env[0]!r}: {type(e).__name__}: {e}")
     _one_line_warnings()
     try:
         trainer = trainer_class()(cfg, resume=args.resume)
     except (ConfigError, FileNotFoundError, ValueError) as e:
-        return fail(str(e))
+        return _refused(str(e))
     except (TrainingError, RunDirBusyError) as e:  # no checkpoint to resume is complete; another run owns --out
         return _stopped(e)
     try:
         rows = trainer.train()
     except ConfigError as e:  # found while building data (e.g. held-out questions in SFT data)
-        return fail(str(e))
+        return _refused(str(e))
     except TrainingError as e:  # e.g. every episode of a step failed; the checkpoints written so far stay
         return _stopped(e)
     if trainer.rank == 0:
