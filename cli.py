@@ -49,6 +49,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return _eval_runs(args, tasks, env_args, Path(args.out))
     except RunDirBusyError as e:
         return _fail(str(e))
+    except OSError as e:  # the run directory cannot be made (a read-only or virtual file system)
+        return _fail(f"cannot write the run to {args.out}: {e.strerror or e}")
 
 
 def _eval_runs(args: argparse.Namespace, tasks: list, env_args: dict[str, Any], out: Path) -> int:
