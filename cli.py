@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -336,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sleuth", description=__doc__)
     # The deepspeed launcher puts --local_rank=N before the subcommand (LOCAL_RANK is also in the environment).
     p.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
+    p.set_defaults(on_interrupt="interrupted")  # a command whose finished work resumes says how instead
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("envs", help="list registered environments").set_defaults(fn=cmd_envs)
     e = sub.add_parser("eval", help="evaluate policies on held-out tasks")
@@ -361,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="episodes per task; pass@k is reported (needs --temperature > 0)")
     e.add_argument("--dedupe", action="store_true",
                    help="keep the first task of each repeated task id (default: refuse a task file with repeated ids)")
-    e.set_defaults(fn=cmd_eval)
+    e.set_defaults(fn=cmd_eval, on_interrupt="interrupted: what finished is kept; run the same command again to resume")
     c = sub.add_parser("compare", help="two eval runs side by side, with paired-bootstrap confidence intervals")
     c.add_argument("run_a")
     c.add_argument("run_b")
@@ -435,14 +437,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand. Its expected failures are one `error:` line each (`cli_args.fail`); anything else
+    that escapes is a fault sleuth did not foresee, still said in one line (exit 1), with its traceback only
+    when `SLEUTH_TRACEBACK=1` asks for it."""
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except KeyboardInterrupt:  # a command that can continue says how (`on_interrupt`: train and sft need --resume)
-        resumes = "interrupted: what finished is kept; run the same command again to resume"  # eval's episodes
-        print("\n" + getattr(args, "on_interrupt", resumes if args.command == "eval" else "interrupted"),
-              file=sys.stderr)
+    except KeyboardInterrupt:  # a command that can continue says how (`on_interrupt`)
+        print("\n" + args.on_interrupt, file=sys.stderr)
         return 130
+    except Exception as e:
+        if os.environ.get("SLEUTH_TRACEBACK") == "1":
+            raise
+        print(f"error: {type(e).__name__}: {_one_line(str(e), 300) or 'no detail'} (an unexpected failure of "
+              f"`sleuth {args.command}`; SLEUTH_TRACEBACK=1 shows where it happened)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -66,8 +66,10 @@ def _run_training(args: argparse.Namespace, load: Callable[..., Any], trainer_cl
     the env id and args it runs, or None) before anything heavy is imported, build the trainer, train, then
     rank 0 plots the curves (`OUT/training.png`) and says where the run stopped."""
     from sleuth.agents.models import ModelNotFoundError, resolve_model
+    from sleuth.agents.openai_http import ServerError
     from sleuth.rundir import RunDirBusyError
     from sleuth.training.config import ConfigError, TrainingError
+    from sleuth.training.rollout import WeightSyncError
 
     try:
         cfg = _run_config(args, load)
@@ -92,8 +94,8 @@ def _run_training(args: argparse.Namespace, load: Callable[..., Any], trainer_cl
         rows = trainer.train()
     except ConfigError as e:  # found while building data (e.g. held-out questions in SFT data)
         return _refused(str(e))
-    except TrainingError as e:  # e.g. every episode of a step failed; the checkpoints written so far stay
-        return _stopped(e)
+    except (TrainingError, WeightSyncError, ServerError) as e:  # every episode of a step failed, a rollout
+        return _stopped(e)  # server died or its weights could not be verified; the checkpoints so far stay
     if trainer.rank == 0:
         from sleuth.training.metrics import plot_run
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +56,11 @@ class Task:
             raise TaskError(f"a task must be a JSON object, got {type(d).__name__}")
         if "id" not in d or "question" not in d:
             raise TaskError(f"a task needs 'id' and 'question'; got fields {sorted(d)}")
-        known = {k: d[k] for k in ("id", "question", "answer", "aliases", "payload", "split", "source") if k in d}
+        known = {k: d[k] for k in TASK_FIELDS if k in d}
         return cls(**known)
+
+
+TASK_FIELDS = frozenset(f.name for f in fields(Task))
 
 
 def write_tasks(tasks: Iterable[Task], path: str | Path) -> None:
@@ -72,9 +75,15 @@ def read_tasks(path: str | Path) -> Iterator[Task]:
 
     for i, record in enumerate(read_jsonl(path)):
         try:
-            yield Task.from_dict(record)
+            task = Task.from_dict(record)
         except TaskError as e:
             raise TaskError(f"{path} record {i + 1}: {e}") from None
+        extra = sorted(set(record) - TASK_FIELDS)
+        if extra:  # a data set's own layout read as Tasks would lose those fields (documents, labels) silently
+            raise TaskError(f"{path} record {i + 1} has fields a Task does not ({', '.join(extra[:6])}): a Task "
+                            f"JSONL holds {', '.join(sorted(TASK_FIELDS))}; for a file in a data set's own layout "
+                            f"name the source, e.g. hotpotqa:{path}")
+        yield task
 
 
 def tasks_to_dataset(tasks: Iterable[Task]):

@@ -28,7 +28,10 @@ def held_out_specs(train_spec: str, extra: Iterable[str | None] = ()) -> list[st
     """Task specs training on `train_spec` must stay disjoint from; refuses training on a test split."""
     from sleuth.tasks.registry import parse_slice
 
-    name, _, rest = parse_slice(train_spec)[0].partition(":")  # a range of a test split is a test split
+    base = parse_slice(train_spec)[0]  # a range of a test split is a test split
+    if ":" not in base and Path(base).is_file():  # a plain Task JSONL: no source, so no source test split
+        base = f":{base}"
+    name, _, rest = base.partition(":")
     split = Path(rest).stem if rest else ""
     if split == HELD_OUT_SPLIT:
         raise LeakageError(f"{train_spec} is a held-out test split: train on train/dev splits, evaluate on test")

@@ -85,3 +85,26 @@ def test_ctrl_c_exits_130_without_a_traceback_and_keeps_finished_episodes(tmp_pa
     assert proc.returncode == 130 and "Traceback" not in err and "interrupted" in err, err
     lines = out.read_text().splitlines()
     assert len(lines) >= 3 and all(json.loads(x)["task_id"] for x in lines)  # whole episodes, none torn
+
+
+def test_an_unforeseen_failure_is_one_line_and_its_traceback_is_one_variable_away(monkeypatch, capsys):
+    """Whatever a command did not foresee still ends in one `error:` line and exit 1."""
+    import sleuth.cli as cli
+
+    def broken(args):
+        raise TypeError("something nobody planned for\nsecond line")
+
+    monkeypatch.setattr(cli, "cmd_envs", broken)
+    monkeypatch.delenv("SLEUTH_TRACEBACK", raising=False)
+    assert cli.main(["envs"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: TypeError: something nobody planned for (an unexpected")
+    monkeypatch.setenv("SLEUTH_TRACEBACK", "1")
+    with pytest.raises(TypeError):
+        cli.main(["envs"])
+
+
+def test_plot_skips_metric_lines_that_are_not_rows(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('[1, 2]\n"text"\n{"no_step": 1}\n')
+    r = run(["plot", str(tmp_path)], tmp_path)
+    assert r.returncode == 2 and r.stderr.strip() == f"error: no metrics in {tmp_path / 'metrics.jsonl'}"

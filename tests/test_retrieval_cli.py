@@ -59,3 +59,12 @@ def test_qrels_are_checked_before_the_run_and_a_qrels_file_judging_none_of_the_q
     (tmp_path / "half.tsv").write_text("q1\t0\ta\t1\n")
     ok = sleuth(*search, "--qrels", str(tmp_path / "half.tsv"))
     assert ok.returncode == 0 and '"judged_queries": 1, "queries": 2' in ok.stdout
+
+
+def test_a_directory_that_is_not_an_index_is_named(tmp_path):
+    (tmp_path / "ix").mkdir()
+    (tmp_path / "ix" / "meta.json").write_text("{}")
+    (tmp_path / "q.jsonl").write_text('{"id": "q1", "text": "alpha"}\n')
+    line = refused(sleuth("search", "--index", str(tmp_path / "ix"), "--queries", str(tmp_path / "q.jsonl"),
+                          "--out", str(tmp_path / "run.tsv")))
+    assert "names no index kind" in line

@@ -112,3 +112,21 @@ def test_a_range_of_a_split_loads_that_part_and_still_counts_as_its_split():
         held_out_specs("hotpotqa:test[0:10]")
     with pytest.raises(ValueError, match=r"selects no tasks: hotpotqa:train has 300"):
         load_tasks("hotpotqa:train[300:]")
+
+
+def test_a_data_sets_own_file_read_as_task_records_is_refused_with_the_spec_to_use(tmp_path, data_dir, capsys):
+    """A plain path is a Task JSONL: HotpotQA's own layout there used to lose its documents silently."""
+    from sleuth.cli import main
+
+    path = data_dir / "hotpotqa" / "test.jsonl"
+    assert main(["eval", "--tasks", str(path), "--limit", "2", "--policy", "oracle", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "has fields a Task does not (context" in err and f"hotpotqa:{path}" in err
+
+
+def test_training_on_a_plain_task_file_holds_out_the_eval_tasks_only(tmp_path, hotpot_tasks):
+    from sleuth.tasks import held_out_specs, write_tasks
+
+    write_tasks(hotpot_tasks[:2], tmp_path / "mine.jsonl")
+    assert held_out_specs(str(tmp_path / "mine.jsonl"), ["hotpotqa:dev"]) == ["hotpotqa:dev"]
+    assert held_out_specs("hotpotqa", []) == ["hotpotqa:test"]

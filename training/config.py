@@ -221,8 +221,10 @@ def load_yaml(cls: type, path: str | Path | None = None, overrides: dict[str, An
         p = recipe_path(path)
         try:
             data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{p} is not valid YAML: {e}") from None
+        except yaml.YAMLError as e:  # one line: what is wrong and where (PyYAML spreads it over five)
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ConfigError(f"{p} is not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: the top level must be a mapping of keys, got {type(data).__name__}")
     for dotted, value in (overrides or {}).items():

@@ -95,14 +95,17 @@ def _plain(v: Any) -> Any:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Rows of a metrics file; a torn last line (a killed run) is skipped."""
+    """Rows of a metrics file: JSON objects with a numeric `step`; a torn last line (a killed run) and any
+    other line that is not such a row are skipped."""
     rows = []
     if Path(path).exists():
-        for line in Path(path).read_text(encoding="utf-8").splitlines():
+        for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if isinstance(row, dict) and isinstance(row.get("step"), (int, float)):
+                rows.append(row)
     return rows
 
 

@@ -29,7 +29,7 @@ def score(traj: Trajectory) -> float:
 
 def accepted(trajs: Sequence[Trajectory], min_score: float) -> list[Trajectory]:
     """The episodes that ran, produced policy tokens and scored at least `min_score`, in order."""
-    return [t for t in trajs if t.error is None and t.num_policy_tokens > 0 and score(t) >= min_score]
+    return [t for t in trajs if not t.failed and t.num_policy_tokens > 0 and score(t) >= min_score]
 
 
 def read_trajectories(path: str | Path) -> list[Trajectory]:

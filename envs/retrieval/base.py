@@ -46,4 +46,10 @@ def read_meta(out: Path) -> dict:
     path = out / "meta.json"
     if not path.exists():
         raise FileNotFoundError(f"{out} is not a sleuth index (no meta.json)")
-    return json.loads(path.read_text())
+    try:
+        meta = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is damaged ({e}): build the index again") from None
+    if not isinstance(meta, dict) or meta.get("kind") not in ("bm25", "dense", "hybrid"):
+        raise ValueError(f"{path} names no index kind (bm25, dense, hybrid): not a sleuth index, or a damaged one")
+    return meta
