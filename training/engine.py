@@ -16,8 +16,6 @@ from typing import Any
 
 import torch
 
-from sleuth.net import free_port
-
 
 @dataclass
 class LoraConfig:
@@ -63,16 +61,34 @@ def init_distributed() -> tuple[int, int]:
     DeepSpeed's search for MPI."""
     import deepspeed
 
+    init_method = None
     if "RANK" not in os.environ:
+        # A lone process meets itself through a file, not a TCP port: a port picked free can be taken by
+        # another process before the store binds it (EADDRINUSE). DeepSpeed still wants the variables set.
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=os.environ.get("MASTER_PORT", str(free_port())))
+                          MASTER_PORT=os.environ.get("MASTER_PORT", "0"))
+        init_method = f"file://{_rendezvous_file()}"
     if os.environ["WORLD_SIZE"] == "1":
         # DeepSpeed's CPU backend JIT-compiles a shared-memory all-reduce op at start-up (~45 s of g++ on a
         # machine whose extension cache is cold): a world of one reduces nothing, so mark it unavailable.
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     if not torch.distributed.is_initialized():
-        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo",
+                                   init_method=init_method, rank=0 if init_method else -1,
+                                   world_size=1 if init_method else -1)
     return torch.distributed.get_rank(), torch.distributed.get_world_size()
+
+
+def _rendezvous_file() -> str:
+    """A new path for a world of one's file store, removed when the process exits."""
+    import atexit
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="sleuth-rendezvous-")
+    os.close(fd)
+    os.unlink(path)  # the store creates it
+    atexit.register(lambda: os.path.exists(path) and os.unlink(path))
+    return path
 
 
 def device() -> torch.device:
