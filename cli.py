@@ -287,6 +287,33 @@ def cmd_serve_verifier(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve_gateway(args: argparse.Namespace) -> int:
+    """An OpenAI-compatible endpoint over a policy for agents in any language; sessions are recorded and
+    their token-exact trajectories written to `--out` as each session ends (`DELETE /s/{session}`)."""
+    import ipaddress
+
+    import uvicorn
+
+    from sleuth.agents.gateway import Gateway, create_app
+    from sleuth.agents.policy import SamplingParams, load_policy
+
+    try:
+        loopback = args.host == "localhost" or ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not args.api_key:
+        return _fail(f"--host {args.host} listens beyond this machine: pass --api-key (any key is accepted locally)")
+    try:
+        policy = load_policy(args.policy, seed=args.seed)
+    except Exception as e:
+        return _fail(f"cannot load policy {args.policy!r}: {type(e).__name__}: {_one_line(str(e))}")
+    gw = Gateway(policy, SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed))
+    print(f"serving {policy.name} on http://{args.host}:{args.port}/s/<session>/v1 (OpenAI chat completions)",
+          flush=True)
+    uvicorn.run(create_app(gw, args.api_key, out=args.out), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
 def cmd_build_swe(args: argparse.Namespace) -> int:
     from sleuth.sandbox.repos import RepoError
     from sleuth.synth.swe import SWEBuilder
@@ -422,6 +449,16 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--port", type=bounded(int, 0), default=8001)
     v.add_argument("--workers", type=bounded(int, 1), default=4, help="records scored at once (code: sandbox runs)")
     v.set_defaults(fn=cmd_serve_verifier)
+    gw = sv.add_parser("gateway", help="an OpenAI-compatible endpoint over a policy that records every session")
+    gw.add_argument("--policy", default="smollm2", help="as sleuth eval's --policy")
+    gw.add_argument("--host", default="127.0.0.1")
+    gw.add_argument("--port", type=bounded(int, 0), default=8003)
+    gw.add_argument("--api-key", help="required of clients (and required to listen beyond loopback)")
+    gw.add_argument("--max-tokens", type=bounded(int, 1), default=256, help="default when a request names none")
+    gw.add_argument("--temperature", type=bounded(float, 0), default=1.0, help="default when a request names none")
+    gw.add_argument("--seed", type=int, default=0)
+    gw.add_argument("--out", type=output_dir, help="append each ended session's trajectories to OUT/trajectories.jsonl")
+    gw.set_defaults(fn=cmd_serve_gateway)
     tk = sub.add_parser("tasks", help="build task sets").add_subparsers(dest="tasks_command", required=True)
     bs = tk.add_parser("build-swe", help="synthesise SWE tasks from a PyPI package's sdist and its own tests")
     bs.add_argument("--package", required=True, metavar="NAME==VERSION")

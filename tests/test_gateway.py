@@ -172,3 +172,34 @@ def test_a_real_model_through_the_sdk_records_what_it_sampled(tiny_model_dir):
     assert [t.action_ids for t in traj.turns] == [g.ids for g in returned]
     assert [t.action_text for t in traj.turns] == [m.content for m in msgs[1::2]]  # every text the agent got
     assert all(len(t.action_ids) == len(t.action_logprobs) > 0 for t in traj.turns)
+
+
+def test_sleuth_serve_gateway_records_sessions_for_a_client_in_any_language(tmp_path, tiny_model_dir):
+    """Raw HTTP, as a program in another language would speak it; ending the session writes its trajectory."""
+    import subprocess
+    import sys
+
+    import httpx
+
+    from sleuth.net import free_port, wait_healthy
+
+    refused = subprocess.run([sys.executable, "-m", "sleuth.cli", "serve", "gateway", "--host", "0.0.0.0"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "pass --api-key" in refused.stderr
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "sleuth.cli", "serve", "gateway", "--policy", tiny_model_dir,
+                             "--port", str(port), "--max-tokens", "6", "--out", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, 120)
+        body = {"model": "any", "messages": [{"role": "user", "content": "hi"}]}
+        reply = httpx.post(f"{url}/s/js-1/v1/chat/completions", json=body, timeout=60).json()
+        assert reply["object"] == "chat.completion" and reply["usage"]["completion_tokens"] > 0
+        ended = httpx.delete(f"{url}/s/js-1", timeout=60).json()
+        assert ended == {"session": "js-1", "calls": 1, "segments": 1, "splits": 0, "unused_choices": 0}
+    finally:
+        proc.kill()
+        proc.wait(10)
+    lines = (tmp_path / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["meta"]["session"] == "js-1"

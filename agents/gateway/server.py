@@ -13,9 +13,11 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -111,7 +113,11 @@ def stream_chunks(body: dict[str, Any], include_usage: bool) -> Iterator[str]:
     yield "data: [DONE]\n\n"
 
 
-def create_app(gw: Gateway, api_key: str | None = None) -> FastAPI:
+def create_app(gw: Gateway, api_key: str | None = None, out: str | Path | None = None) -> FastAPI:
+    """The app over `gw`. `DELETE /s/{session}` ends a session: with `out`, its trajectories are appended to
+    `out/trajectories.jsonl` (one line each, under a lock: sessions end concurrently)."""
+    write_lock = threading.Lock()
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         anyio.to_thread.current_default_thread_limiter().total_tokens = 512  # every session may wait on the engine
@@ -129,6 +135,18 @@ def create_app(gw: Gateway, api_key: str | None = None) -> FastAPI:
     def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": gw.model_name, "object": "model", "created": 0,
                                             "owned_by": "sleuth"}]}
+
+    @app.delete("/s/{session}")
+    def end(request: Request, session: str) -> Any:
+        if not authorised(request):
+            return _error(401, "wrong API key", "authentication_error", "invalid_api_key")
+        episode = gw.end(session)
+        if out is not None and episode.segments:
+            Path(out).mkdir(parents=True, exist_ok=True)
+            with write_lock, open(Path(out) / "trajectories.jsonl", "a", encoding="utf-8") as f:
+                f.writelines(t.to_json() + "\n" for t in episode.segments)
+        return {"session": session, "calls": episode.calls, "segments": len(episode.segments),
+                "splits": episode.splits, "unused_choices": episode.unused_choices}
 
     @app.get("/health")
     def health() -> dict[str, Any]:
