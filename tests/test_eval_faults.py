@@ -84,23 +84,31 @@ def test_episodes_cut_by_a_killed_env_server_are_not_scored_and_the_same_command
     assert len(load_trajectories(out / "failed.jsonl")) == summary["retried_failed"]  # kept, not lost
 
 
-def test_a_second_process_on_one_out_is_refused_and_a_killed_owner_leaves_no_lock(tmp_path, tiny_model_dir):
+def test_a_second_process_on_one_out_is_refused_and_a_killed_owner_leaves_no_lock(tmp_path):
+    """The first run is held mid-episode (its env server stopped with SIGSTOP), so it owns --out for sure."""
+    port = free_port()
     out = tmp_path / "run"
-    cmd = ["eval", "--tasks", "hotpotqa:test", "--limit", "40", "--policy", tiny_model_dir, "--harness", "text",
-           "--max-tokens", "4", "--out", str(out)]
+    cmd = ["eval", "--env", "sleuth/Remote-v0", "--env-arg", f"url=http://127.0.0.1:{port}", "--tasks",
+           "hotpotqa:test", "--limit", "40", "--policy", "oracle", "--concurrency", "1", "--out", str(out)]
+    server = env_server(port)
     first = start(*cmd)
     try:
         wait_for_lines(out / "trajectories.jsonl", 1)
+        os.killpg(server.pid, signal.SIGSTOP)  # the first run now waits on its env, holding --out
         second = sleuth(*cmd)
         assert second.returncode != 0
         assert "is in use by pid" in one_error_line(second) and f"pid {first.pid}" in second.stderr
     finally:
         kill(first)  # SIGKILL: the kernel drops the lock with the process
-    kept = len(load_trajectories(out / "trajectories.jsonl"))
-    again = sleuth(*cmd)
+        os.killpg(server.pid, signal.SIGCONT)
+    try:
+        kept = len(load_trajectories(out / "trajectories.jsonl"))
+        again = sleuth(*cmd)
+    finally:
+        kill(server)
     assert again.returncode == 0, again.stderr
     trajs = load_trajectories(out / "trajectories.jsonl")
-    assert kept >= 1 and sorted(t.task_id for t in trajs) == sorted({t.task_id for t in trajs}) and len(trajs) == 40
+    assert kept >= 1 and len({t.task_id for t in trajs}) == len(trajs) == 40
     assert json.loads((out / "summary.json").read_text())["n"] == 40
 
 
