@@ -26,14 +26,28 @@ def cmd_envs(args: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_EVAL_ENV, DEFAULT_HARNESS = "sleuth/DocRead-v0", "json"
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     import sleuth
     from sleuth.tasks import load_tasks
 
+    refused = _eval_mode(args)
+    if refused:
+        return _fail(refused)
     env_args = _kv(args.env_arg)
     if args.samples > 1 and args.temperature == 0:
         return _fail(f"--samples {args.samples} at --temperature 0 would be {args.samples} copies of one greedy "
                      "episode (pass@k of identical samples): sample with --temperature > 0, e.g. 0.7")
+    agent = None
+    if args.agent:  # before the tasks and the model load: a missing module or function is one line at once
+        from sleuth.agents.agent_runner import AgentLoadError, load_agent
+
+        try:
+            agent = load_agent(args.agent, args.agent_path or ".")
+        except AgentLoadError as e:
+            return _fail(str(e))
     try:
         tasks = load_tasks(args.tasks, limit=args.limit, dedupe=args.dedupe)
     except (FileNotFoundError, ValueError) as e:
@@ -43,27 +57,63 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not tasks:
         return _fail(f"no tasks in {args.tasks!r}")
     try:
-        sleuth.make(args.env, **env_args).close()  # fail fast on a bad env id or argument
+        if agent is None:
+            sleuth.make(args.env, **env_args).close()  # fail fast on a bad env id or argument
     except Exception as e:
         return _fail(f"cannot build env {args.env!r}: {type(e).__name__}: {e}")
     try:
-        return _eval_runs(args, tasks, env_args, Path(args.out))
+        return _eval_runs(args, tasks, env_args, Path(args.out), agent)
     except RunDirBusyError as e:
         return _fail(str(e))
     except OSError as e:  # the run directory cannot be made (a read-only or virtual file system)
         return _fail(f"cannot write the run to {args.out}: {e.strerror or e}")
 
 
-def _eval_runs(args: argparse.Namespace, tasks: list, env_args: dict[str, Any], out: Path) -> int:
-    """Each policy × harness of `sleuth eval` into `out` (its own sub-folder when there are several). `out` is
-    owned by this process from the moment the first policy has loaded: a refused policy writes nothing."""
+def _eval_mode(args: argparse.Namespace) -> str | None:
+    """Why the options of `sleuth eval` do not go together (None: they do), the env defaults filled in. An
+    agent (`--agent`) is its own harness, tools and prompt: env options do not apply to it, and its answers
+    are scored by the verifier it names."""
+    from sleuth.agents.policy import SCRIPTED_POLICIES
+    from sleuth.registry import UnknownNameError
+    from sleuth.verifiers.registry import VERIFIERS
+
+    if not args.agent:
+        given = [f for f, v in (("--verifier", args.verifier), ("--agent-path", args.agent_path)) if v is not None]
+        if given:
+            return (f"{' and '.join(given)} {'go' if len(given) > 1 else 'goes'} with --agent module:function (an env "
+                    "scores with its own verifier)")
+        args.env, args.harness = args.env or DEFAULT_EVAL_ENV, args.harness or DEFAULT_HARNESS
+        return None
+    env_only = [f for f, v in (("--env", args.env is not None), ("--harness", args.harness is not None),
+                               ("--env-arg", bool(args.env_arg)), ("--env-workers", args.env_workers > 0)) if v]
+    if env_only:
+        return (f"{', '.join(env_only)} cannot go with --agent: the agent brings its own tools and prompt "
+                "(its episodes run through the gateway, not an env)")
+    if args.verifier is None:
+        return f"--agent needs --verifier NAME to score its answers (one of {', '.join(VERIFIERS.names())})"
+    try:
+        VERIFIERS.get(args.verifier)
+    except UnknownNameError as e:
+        return str(e)
+    scripted = [p for p in args.policy.split(",") if p.strip() in SCRIPTED_POLICIES]
+    if scripted:
+        return (f"--policy {scripted[0].strip()} is a scripted baseline of sleuth's envs; an agent needs a model "
+                "behind the gateway (smollm2, a model directory or a hub id)")
+    return None
+
+
+def _eval_runs(args: argparse.Namespace, tasks: list, env_args: dict[str, Any], out: Path, agent: Any = None) -> int:
+    """Each policy × harness of `sleuth eval` into `out` (its own sub-folder when there are several), or each
+    policy behind `agent`. `out` is owned by this process from the moment the first policy has loaded: a
+    refused policy writes nothing."""
     import sleuth
-    from sleuth.agents.evaluate import evaluate, load_trajectories, policy_identity
+    from sleuth.agents.agent_runner import agent_identity
+    from sleuth.agents.evaluate import evaluate, evaluate_agent, load_trajectories, policy_identity
     from sleuth.agents.policy import SamplingParams, load_policy
     from sleuth.agents.report import write_comparison
 
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
-    harnesses = [h.strip() for h in args.harness.split(",") if h.strip()]
+    harnesses = [h.strip() for h in args.harness.split(",") if h.strip()] if agent is None else [""]
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
     multi = len(policies) * len(harnesses) > 1
     names = _run_names(policies)
@@ -81,18 +131,27 @@ def _eval_runs(args: argparse.Namespace, tasks: list, env_args: dict[str, Any], 
                 lock.acquire()
                 owned = True
             for harness in harnesses:
-                run = f"{names[spec]}-{harness}"
-                identity = {"env": args.env, "env_args": env_args, "harness": harness,
-                            "policy": policy_identity(spec), "tasks": args.tasks, "limit": args.limit,
+                run = f"{names[spec]}-{harness}" if harness else names[spec]
+                identity = {"policy": policy_identity(spec), "tasks": args.tasks, "limit": args.limit,
                             "samples": args.samples, "sampling": {"max_tokens": args.max_tokens,
                                                                   "temperature": args.temperature, "seed": args.seed}}
                 try:
-                    summary = evaluate(
-                        lambda h=harness: sleuth.make(args.env, harness=h, **env_args), tasks, policy,
-                        out / run if multi else out, sampling, args.concurrency, args.env,
-                        meta={"tasks": args.tasks, "harness": harness, "run": run}, resume=not args.no_resume,
-                        samples=args.samples, env_workers=args.env_workers, identity=identity,
-                    )
+                    if agent is not None:
+                        summary = evaluate_agent(
+                            agent, tasks, policy, out / run if multi else out, args.verifier, sampling,
+                            args.concurrency, args.agent, meta={"tasks": args.tasks, "run": run},
+                            resume=not args.no_resume, samples=args.samples,
+                            identity={**identity, **agent_identity(args.agent, agent),
+                                      "verifier": args.verifier},
+                        )
+                    else:
+                        summary = evaluate(
+                            lambda h=harness: sleuth.make(args.env, harness=h, **env_args), tasks, policy,
+                            out / run if multi else out, sampling, args.concurrency, args.env,
+                            meta={"tasks": args.tasks, "harness": harness, "run": run}, resume=not args.no_resume,
+                            samples=args.samples, env_workers=args.env_workers,
+                            identity={**identity, "env": args.env, "env_args": env_args, "harness": harness},
+                        )
                 except ValueError as e:  # e.g. a baseline that does not apply to this env
                     return _fail(f"{run}: {e} (finished episodes are kept in {out})")
                 except OSError as e:  # the output cannot be written (a read-only or virtual file system)
@@ -368,14 +427,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("envs", help="list registered environments").set_defaults(fn=cmd_envs)
     e = sub.add_parser("eval", help="evaluate policies on held-out tasks")
-    e.add_argument("--env", default="sleuth/DocRead-v0", help="a registered env id (`sleuth envs` lists them)")
+    e.add_argument("--env", help=f"a registered env id (`sleuth envs` lists them; default {DEFAULT_EVAL_ENV})")
+    e.add_argument("--agent", metavar="MODULE:FUNCTION",
+                   help="evaluate your own agent instead of an env: run(task: dict, base_url: str) -> str, sync or "
+                        "async, calling the policy through the OpenAI API at base_url; needs --verifier")
+    e.add_argument("--agent-path", metavar="DIR",
+                   help="the directory to import the agent's module from (default: the working directory)")
+    e.add_argument("--verifier", help="with --agent: the registered verifier that scores its answers (qa, code, "
+                   "swe, or a plugin's)")
     e.add_argument("--tasks", required=True, help="NAME:SPLIT or NAME:PATH (e.g. hotpotqa:test)")
     e.add_argument("--policy", default="smollm2",
                    help="comma list of: smollm2, random, first-k, lexical (reads titles the question and read text name), oracle, "
                         "oracle-title, oracle-lexical, noop (answers nothing), a local "
                         "model directory or a hub id already in the local Hugging Face cache")
-    e.add_argument("--harness", default="json", help="comma list of tool-call formats: json (Hermes/OpenAI JSON "
-                   "calls), text (`read 3`), tags (`<search>q</search>`, Search-R1 style)")
+    e.add_argument("--harness", help="comma list of tool-call formats: json (Hermes/OpenAI JSON "
+                   "calls; the default), text (`read 3`), tags (`<search>q</search>`, Search-R1 style)")
     e.add_argument("--limit", type=bounded(int, 1), default=None, help="the first N tasks")
     e.add_argument("--out", type=output_dir, required=True, help="run directory (one sub-folder per policy × harness)")
     e.add_argument("--max-tokens", type=bounded(int, 1), default=64, help="tokens per turn")

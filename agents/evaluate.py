@@ -3,7 +3,11 @@
 
 A run directory records what it is a run of (`run.json`: env, env arguments, harness, policy and a
 fingerprint of its weights, tasks, limit, sampling, samples); resuming into a directory that holds another
-run's episodes is refused, so one directory never reports two runs as one."""
+run's episodes is refused, so one directory never reports two runs as one.
+
+An episode is one trajectory in an env, and one or more in an agent run through the gateway (`evaluate_agent`:
+an agent that rewrote its history has a segment per unbroken chain of calls, each carrying the episode's
+`meta["episode"]` and verdict). Counts, means, pass@k and resume are per episode, never per segment."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import hashlib
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,44 +43,65 @@ def load_trajectories(path: Path) -> list[Trajectory]:
     return out
 
 
-def episode_metrics(t: Trajectory) -> dict[str, float]:
+def episodes(trajs: Iterable[Trajectory]) -> list[list[Trajectory]]:
+    """`trajs` grouped by episode, in order of first appearance: the records sharing a `meta["episode"]` (an
+    agent episode's segments) together, every other trajectory alone (an env episode)."""
+    groups: dict[Any, list[Trajectory]] = {}
+    for i, t in enumerate(trajs):
+        groups.setdefault(t.meta.get("episode", ("env episode", i)), []).append(t)
+    return list(groups.values())
+
+
+def complete(group: Sequence[Trajectory]) -> bool:
+    """Whether an episode has every record it wrote (`meta["segments"]`; 1 for an env episode): a killed run
+    can leave an agent episode's last records unwritten."""
+    return len(group) == int(group[0].meta.get("segments", 1))
+
+
+def episode_metrics(t: Trajectory, *segments: Trajectory) -> dict[str, float]:
     """Per-episode numbers: the verdict's score and every numeric detail (EM/F1/recall for QA, tests
-    passed for code, ...), plus what the turns did."""
+    passed for code, ...), plus what the turns did. An agent episode's later segments follow `t`: they carry
+    the same verdict, and their turns and tokens add up."""
     verdict = t.verdict or {}
     m = {"score": float(verdict.get("score", 0.0))}
     for key, value in verdict.get("details", {}).items():
         if isinstance(value, (int, float)) and key != "wall_s":
             m[key] = float(value)
-    reads = [turn.read for turn in t.turns if turn.read]
+    parts = (t, *segments)
+    turns = [turn for part in parts for turn in part.turns]
+    reads = [turn.read for turn in turns if turn.read]
     if reads:
         m.update(reads=float(len(reads)), gold_reads=float(sum(bool(r.gold) for r in reads)),
                  rereads=float(sum(r.reread for r in reads)))
     m.update(
-        turns=float(len(t.turns)),
-        tool_errors=float(sum(turn.error is not None for turn in t.turns)),
+        turns=float(len(turns)),
+        tool_errors=float(sum(turn.error is not None for turn in turns)),
         answered=float(t.terminated),
-        policy_tokens=float(t.num_policy_tokens),
-        total_tokens=float(len(t.token_ids())),
+        policy_tokens=float(sum(part.num_policy_tokens for part in parts)),
+        total_tokens=float(sum(len(part.token_ids()) for part in parts)),
     )
     m["tool_error_share"] = m["tool_errors"] / m["turns"] if m["turns"] else 0.0
     return m
 
 
 def summarise(trajs: Sequence[Trajectory], wall_time_s: float, meta: dict[str, Any]) -> dict[str, Any]:
-    """Means over the episodes that ran (`n`); failed episodes (`Trajectory.failed`: no answer) are counted
-    apart in `n_failed` and score nothing. Two tool-call error rates, because they answer different
-    questions: `tool_error_rate_turns` pools every turn of the run (invalid calls / turns), and
-    `tool_error_rate_episodes` averages each episode's own share (what `sleuth compare` pairs by task)."""
-    ok = [t for t in trajs if not t.failed]
-    rows = [episode_metrics(t) for t in ok]
+    """Means over the episodes that ran (`n`, episodes: an agent episode's segments count once); failed
+    episodes (`Trajectory.failed`: no answer) are counted apart in `n_failed` and score nothing. Two tool-call
+    error rates, because they answer different questions: `tool_error_rate_turns` pools every turn of the run
+    (invalid calls / turns), and `tool_error_rate_episodes` averages each episode's own share (what
+    `sleuth compare` pairs by task). Agent runs add their calls, segments and splits per episode."""
+    groups = episodes(trajs)
+    ok_groups = [g for g in groups if not g[0].failed]
+    ok = [t for g in ok_groups for t in g]
+    rows = [episode_metrics(*g) for g in ok_groups]
     n = len(rows)
     keys = list(dict.fromkeys(k for r in rows for k in r))
 
     def mean(key: str) -> float:  # an episode without the key (e.g. no reads) counts as 0
         return round(sum(r.get(key, 0.0) for r in rows) / n, 4) if n else 0.0
 
-    summary: dict[str, Any] = {**meta, "n": n, "n_failed": len(trajs) - n,
-                               "n_prompt_too_long": sum(t.stop_reason == "prompt_too_long" for t in ok)}
+    summary: dict[str, Any] = {**meta, "n": n, "n_failed": len(groups) - n,
+                               "n_prompt_too_long": sum(g[0].stop_reason == "prompt_too_long" for g in ok_groups)}
     skip = {"reads", "gold_reads", "rereads", "turns", "tool_errors", "answered", "policy_tokens", "total_tokens",
             "tool_error_share"}
     summary.update({k: mean(k) for k in keys if k not in skip})
@@ -92,6 +117,13 @@ def summarise(trajs: Sequence[Trajectory], wall_time_s: float, meta: dict[str, A
         total_tokens=int(sum(r["total_tokens"] for r in rows)),
         wall_time_s=round(wall_time_s, 2),
     )
+    agent_episodes = [g for g in ok_groups if "calls" in g[0].meta]
+    if agent_episodes:  # records per episode: 1 unless the agent rewrote its history (a split per new segment)
+        k = len(agent_episodes)
+        summary.update(mean_calls=round(sum(g[0].meta["calls"] for g in agent_episodes) / k, 4),
+                       mean_segments=round(sum(len(g) for g in agent_episodes) / k, 4),
+                       splits=sum(int(g[0].meta.get("splits", 0)) for g in agent_episodes),
+                       n_no_calls=sum(g[0].stop_reason == "no_calls" for g in agent_episodes))
     return summary
 
 
@@ -156,6 +188,71 @@ def evaluate(
     call (`RunDirBusyError` if another process holds it). Failed episodes (`Trajectory.failed`) are
     counted in `n_failed`, never scored, and retried by the next resume (the failed records move to
     `failed.jsonl`)."""
+    def run(todo: list[Task]) -> Iterator[Trajectory]:
+        return run_episodes(make_env, todo, policy, sampling, concurrency, env_id, env_workers=env_workers)
+
+    return _evaluate_run(run, tasks, out_dir, f"eval {policy.name}",
+                         {"policy": policy.name, "env": env_id, "samples": samples, **(meta or {})},
+                         resume, progress, samples, identity)
+
+
+def evaluate_agent(
+    agent: Callable[[dict[str, Any], str], Any],
+    tasks: Sequence[Task],
+    policy: Policy,
+    out_dir: str | Path,
+    verifier: str,
+    sampling: SamplingParams | None = None,
+    concurrency: int = 8,
+    agent_name: str = "",
+    meta: dict[str, Any] | None = None,
+    resume: bool = True,
+    progress: bool = True,
+    samples: int = 1,
+    identity: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`evaluate` for an agent of the user's own (`agents.agent_runner.AgentFn`): each episode runs it against
+    the gateway over `policy` (served in this process on a loopback port while episodes remain), its answer
+    scored by the registered `verifier`; the same run directory, identity check, resume, failed-episode
+    retry, summary and report. `sampling` is the gateway's default for what a call leaves unset."""
+    from sleuth.agents.agent_runner import run_agent_episodes
+    from sleuth.agents.gateway import Gateway, create_app
+    from sleuth.net import in_thread
+
+    def run(todo: list[Task]) -> Iterator[Trajectory]:
+        if not todo:  # a finished run resumed: nothing to serve
+            return
+        gateway = Gateway(policy, sampling)
+        try:
+            with in_thread(create_app(gateway)) as url:
+                yield from run_agent_episodes(agent, todo, gateway, url, verifier, concurrency)
+        finally:
+            gateway.close()
+
+    return _evaluate_run(run, tasks, out_dir, f"eval {agent_name or 'agent'} on {policy.name}",
+                         {"policy": policy.name, "env": f"agent {agent_name}".strip(), "agent": agent_name,
+                          "verifier": verifier, "samples": samples, **(meta or {})},
+                         resume, progress, samples, identity)
+
+
+def _by_episode(trajs: Iterable[Trajectory]) -> Iterator[list[Trajectory]]:
+    """A stream of trajectories as whole episodes: an agent episode's records arrive one after another."""
+    group: list[Trajectory] = []
+    for t in trajs:
+        group.append(t)
+        if complete(group):
+            yield group
+            group = []
+    if group:
+        raise RuntimeError(f"episode {group[0].meta.get('episode')} ended after {len(group)} of its "
+                           f"{group[0].meta.get('segments')} records")
+
+
+def _evaluate_run(run: Callable[[list[Task]], Iterator[Trajectory]], tasks: Sequence[Task], out_dir: str | Path,
+                  desc: str, meta: dict[str, Any], resume: bool, progress: bool, samples: int,
+                  identity: dict[str, Any] | None) -> dict[str, Any]:
+    """What `evaluate` and `evaluate_agent` share: the run directory, resume, the episodes `run(todo)` yields
+    (each appended whole, at once) and the summary and report over episodes."""
     from sleuth.agents.report import write_report
 
     ids = [t.id for t in tasks]
@@ -167,39 +264,42 @@ def evaluate(
         loaded = load_trajectories(traj_path) if resume else []
         if identity is not None:
             check_run_identity(out, identity, bool(loaded))
-        done = [t for t in loaded if not t.failed]
-        retried = [t for t in loaded if t.failed]
+        whole = [g for g in episodes(loaded) if complete(g)]  # a torn episode runs again
+        done = [t for g in whole if not g[0].failed for t in g]
+        retried = [t for g in whole if g[0].failed for t in g]
         if retried:  # kept, not lost: the record of each failure, beside the run
             with open(out / "failed.jsonl", "a", encoding="utf-8") as f:
                 f.writelines(t.to_json() + "\n" for t in retried)
-        # rewritten whole: without any torn last line, or the failed episodes being retried
+        # rewritten whole: without any torn last line or episode, or the failed episodes being retried
         traj_path.write_text("".join(t.to_json() + "\n" for t in done), encoding="utf-8")
         previous_wall = 0.0
         if resume and done and summary_path.exists():
             previous_wall = float(json.loads(summary_path.read_text()).get("wall_time_s", 0.0))
-        have = Counter(t.task_id for t in done)
+        have = Counter(g[0].task_id for g in episodes(done))
         todo = [t for t in tasks for _ in range(max(0, samples - have[t.id]))]
         total = len(tasks) * samples
         start = time.perf_counter()
         retries0 = retry_counts()
         with open(traj_path, "a", encoding="utf-8") as f, tqdm(total=total, initial=total - len(todo),
-                                                               desc=f"eval {policy.name}", disable=not progress) as bar:
-            for traj in run_episodes(make_env, todo, policy, sampling, concurrency, env_id, env_workers=env_workers):
-                traj.meta["sample"] = have[traj.task_id]
-                have[traj.task_id] += 1
-                f.write(traj.to_json() + "\n")
+                                                               desc=desc, disable=not progress) as bar:
+            for group in _by_episode(run(todo)):
+                for traj in group:
+                    traj.meta["sample"] = have[traj.task_id]
+                have[group[0].task_id] += 1
+                f.write("".join(traj.to_json() + "\n" for traj in group))  # one write: an episode lands whole
                 f.flush()
-                done.append(traj)
+                done += group
                 bar.update(1)
         wall = previous_wall + time.perf_counter() - start
         order = {t.id: i for i, t in enumerate(tasks)}
-        done.sort(key=lambda t: (order.get(t.task_id, len(order)), t.meta.get("sample", 0)))
-        summary = summarise(done, wall, {"policy": policy.name, "env": env_id, "samples": samples, **(meta or {})})
+        done.sort(key=lambda t: (order.get(t.task_id, len(order)), t.meta.get("sample", 0), t.meta.get("segment", 0)))
+        summary = summarise(done, wall, meta)
         summary["http_retries"] = {k: v - retries0.get(k, 0) for k, v in retry_counts().items()
                                    if v > retries0.get(k, 0)}
         summary["retried_failed"] = len(retried)
-        summary.update(pass_at_ks(done))
-        summary["breakdown"] = breakdown(done, tasks)
+        firsts = [g[0] for g in episodes(done)]  # pass@k and breakdowns count episodes
+        summary.update(pass_at_ks(firsts))
+        summary["breakdown"] = breakdown(firsts, tasks)
         summary_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         write_report(out, summary, done)
     return summary
