@@ -207,6 +207,10 @@ def test_an_agent_that_raises_fails_its_episode_and_one_without_calls_is_scored(
     assert trajs[first].failed and trajs[first].stop_reason == "agent_error" and not trajs[first].turns
     assert trajs[second].stop_reason == "no_calls" and trajs[second].verdict is not None and not trajs[second].turns
     assert trajs[hotpot_tasks[2].id].turns[0].action_ids  # the async client's call, recorded
+    res = _eval_agent("odd:run", tmp_path, out, tiny_model_dir)  # the same command retries the failed episode only
+    summary = json.loads((out / "summary.json").read_text())
+    assert res.returncode == 2 and summary["retried_failed"] == 1 and summary["n"] == 2
+    assert len(load_trajectories(out / "failed.jsonl")) == 1 and len(load_trajectories(out / "trajectories.jsonl")) == 3
 
 
 def _episode(task: Task, session: str, n: int) -> list[Trajectory]:
