@@ -104,8 +104,8 @@ def run_agent_episodes(agent: AgentFn, tasks: Iterable[Task], gateway: Gateway, 
     """Yield each episode's trajectories as soon as it ends (completion order; an episode's records together,
     in segment order). `concurrency` episodes run at once, each in a thread of its own (an `async def` agent
     in an event loop of its own there); sessions open in task order, so the gateway seeds them the same way
-    every run. Every record of an episode carries `meta` `episode` (its session), `segment`, `segments`
-    (how many records the episode has), `calls`, `splits` and `agent_answer`."""
+    every run. Every record of an episode carries its `episode` (the session), `segment` and `segments`
+    (how many records the episode has), and in `meta` its `calls`, `splits` and `agent_answer`."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     VERIFIERS.get(verifier)  # an unknown name fails here, with the known ones, before any episode runs
@@ -148,6 +148,8 @@ def _records(agent: AgentFn, task: Task, session: str, base_url: str, gateway: G
         gateway.end(session)  # what it recorded is no episode: dropped with its session
         return [_failed(task, session, "agent_error", f"{type(e).__name__}: {_where(e)}")]
     ep = gateway.end(session)
+    if ep.error is not None:  # the engine failed a call: whatever the agent answered after it, it is no answer
+        return [_failed(task, session, "engine_error", f"{ep.failed_calls} call(s) failed; the last: {ep.error}")]
     if not isinstance(answer, str):
         return [_failed(task, session, "agent_error", f"the agent returned {type(answer).__name__}, not a string")]
     try:
@@ -158,8 +160,8 @@ def _records(agent: AgentFn, task: Task, session: str, base_url: str, gateway: G
     for i, t in enumerate(segments):
         t.task_id, t.group = task.id, task.id
         t.reward, t.verdict, t.terminated = float(v.score), v.to_dict(), True
-        t.meta.update(episode=session, segment=i, segments=len(segments), calls=ep.calls, splits=ep.splits,
-                      agent_answer=answer)
+        t.episode, t.segment, t.segments = session, i, len(segments)
+        t.meta.update(calls=ep.calls, splits=ep.splits, agent_answer=answer)
     return segments
 
 
@@ -169,7 +171,7 @@ async def _wait(awaitable: Awaitable[Any]) -> Any:
 
 def _failed(task: Task, session: str, reason: str, error: str) -> Trajectory:
     return Trajectory(task.id, ENV_ID, prompt_ids=[], stop_reason=reason, error=error, group=task.id,
-                      meta={"episode": session, "segment": 0, "segments": 1})
+                      episode=session)
 
 
 def _where(e: BaseException) -> str:

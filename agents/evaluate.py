@@ -7,7 +7,7 @@ run's episodes is refused, so one directory never reports two runs as one.
 
 An episode is one trajectory in an env, and one or more in an agent run through the gateway (`evaluate_agent`:
 an agent that rewrote its history has a segment per unbroken chain of calls, each carrying the episode's
-`meta["episode"]` and verdict). Counts, means, pass@k and resume are per episode, never per segment."""
+`episode` and verdict). Counts, means, pass@k and resume are per episode, never per segment."""
 
 from __future__ import annotations
 
@@ -44,18 +44,18 @@ def load_trajectories(path: Path) -> list[Trajectory]:
 
 
 def episodes(trajs: Iterable[Trajectory]) -> list[list[Trajectory]]:
-    """`trajs` grouped by episode, in order of first appearance: the records sharing a `meta["episode"]` (an
+    """`trajs` grouped by episode, in order of first appearance: the records sharing an `episode` (an
     agent episode's segments) together, every other trajectory alone (an env episode)."""
     groups: dict[Any, list[Trajectory]] = {}
     for i, t in enumerate(trajs):
-        groups.setdefault(t.meta.get("episode", ("env episode", i)), []).append(t)
+        groups.setdefault(t.episode or ("env episode", i), []).append(t)
     return list(groups.values())
 
 
 def complete(group: Sequence[Trajectory]) -> bool:
-    """Whether an episode has every record it wrote (`meta["segments"]`; 1 for an env episode): a killed run
+    """Whether an episode has every record it wrote (`segments`; 1 for an env episode): a killed run
     can leave an agent episode's last records unwritten."""
-    return len(group) == int(group[0].meta.get("segments", 1))
+    return len(group) == group[0].segments
 
 
 def episode_metrics(t: Trajectory, *segments: Trajectory) -> dict[str, float]:
@@ -244,8 +244,8 @@ def _by_episode(trajs: Iterable[Trajectory]) -> Iterator[list[Trajectory]]:
             yield group
             group = []
     if group:
-        raise RuntimeError(f"episode {group[0].meta.get('episode')} ended after {len(group)} of its "
-                           f"{group[0].meta.get('segments')} records")
+        raise RuntimeError(f"episode {group[0].episode} ended after {len(group)} of its "
+                           f"{group[0].segments} records")
 
 
 def _evaluate_run(run: Callable[[list[Task]], Iterator[Trajectory]], tasks: Sequence[Task], out_dir: str | Path,
@@ -292,7 +292,7 @@ def _evaluate_run(run: Callable[[list[Task]], Iterator[Trajectory]], tasks: Sequ
                 bar.update(1)
         wall = previous_wall + time.perf_counter() - start
         order = {t.id: i for i, t in enumerate(tasks)}
-        done.sort(key=lambda t: (order.get(t.task_id, len(order)), t.meta.get("sample", 0), t.meta.get("segment", 0)))
+        done.sort(key=lambda t: (order.get(t.task_id, len(order)), t.meta.get("sample", 0), t.segment))
         summary = summarise(done, wall, meta)
         summary["http_retries"] = {k: v - retries0.get(k, 0) for k, v in retry_counts().items()
                                    if v > retries0.get(k, 0)}

@@ -61,14 +61,20 @@ class Trajectory:
     verdict: dict[str, Any] | None = None
     terminated: bool = False
     truncated: bool = False
-    # "final", "budget", "context_limit", "prompt_too_long" (the first prompt does not fit the context);
-    # failed episodes: "reset_error", "env_error", "engine_error"
+    # "final", "budget", "context_limit", "prompt_too_long" (the first prompt does not fit the context),
+    # "no_calls" (an agent that answered without calling the model); failed episodes: "reset_error",
+    # "env_error", "engine_error", "agent_error", "gateway_error", "verifier_error"
     stop_reason: str = ""
     # set when the episode failed for infrastructure reasons (the env could not reset or step, the engine
     # could not generate): such an episode is no answer, so it is never scored nor trained on, and a
     # resumed run retries it
     error: str | None = None
     group: str = ""  # group key for group-relative advantages (the task id by default)
+    # An episode recorded as several trajectories (an agent behind the gateway that rewrote its history):
+    # the episode's id, this record's place and their number; "" / 0 / 1 for an episode of one record.
+    episode: str = ""
+    segment: int = 0
+    segments: int = 1
     meta: dict[str, Any] = field(default_factory=dict)
 
     # -- token views --------------------------------------------------------------------------

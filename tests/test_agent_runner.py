@@ -159,14 +159,14 @@ def test_the_append_agent_evaluates_unchanged_and_every_text_it_received_is_reco
     tasks, texts = _received(log)
     assert sorted(tasks, key=lambda t: t["id"]) == sorted(map(public_task, hotpot_tasks[:3]), key=lambda t: t["id"])
     trajs = load_trajectories(out / "trajectories.jsonl")
-    assert len(trajs) == 3 and {t.meta["episode"] for t in trajs} == set(texts)  # one chain each: appended
+    assert len(trajs) == 3 and {t.episode for t in trajs} == set(texts)  # one chain each: appended
     for t in trajs:
-        assert t.meta["segments"] == 1 and t.meta["calls"] == len(t.turns) == len(texts[t.meta["episode"]])
+        assert t.segments == 1 and t.meta["calls"] == len(t.turns) == len(texts[t.episode])
         assert t.task_id == t.group and t.reward == t.verdict["score"] and t.terminated
-        for turn, text in zip(t.turns, texts[t.meta["episode"]], strict=True):
+        for turn, text in zip(t.turns, texts[t.episode], strict=True):
             assert turn.action_ids and len(turn.action_logprobs) == len(turn.action_ids)
             assert turn.action_text == text == tokenizer.decode(turn.action_ids, skip_special_tokens=True)
-        assert t.meta["agent_answer"] == texts[t.meta["episode"]][-1]
+        assert t.meta["agent_answer"] == texts[t.episode][-1]
         assert t.verdict["details"]["prediction"] == extract_answer(t.meta["agent_answer"])  # as `sleuth score`
 
 
@@ -181,10 +181,10 @@ def test_a_rewriting_agent_gives_segments_that_train_only_what_it_received_and_c
     _, texts = _received(log)
     by_episode = defaultdict(list)
     for t in load_trajectories(out / "trajectories.jsonl"):
-        by_episode[t.meta["episode"]].append(t)
+        by_episode[t.episode].append(t)
     assert set(by_episode) == set(texts)
     for session, segments in by_episode.items():
-        assert len(segments) >= 2 and [s.meta["segment"] for s in segments] == list(range(len(segments)))
+        assert len(segments) >= 2 and [s.segment for s in segments] == list(range(len(segments)))
         assert len({json.dumps(s.verdict) for s in segments}) == 1  # the episode's verdict on each
         masked = [tokenizer.decode([i for i, m in zip(s.token_ids(), s.loss_mask(), strict=True) if m],
                                    skip_special_tokens=True) for s in segments]
@@ -216,7 +216,7 @@ def test_an_agent_that_raises_fails_its_episode_and_one_without_calls_is_scored(
 def _episode(task: Task, session: str, n: int) -> list[Trajectory]:
     return [Trajectory(task.id, "gateway", [1], [Turn([2], [-0.5], "a")], reward=1.0, terminated=True,
                        verdict={"score": 1.0, "details": {"f1": 1.0}},
-                       meta={"episode": session, "segment": i, "segments": n, "calls": n, "splits": n - 1})
+                       episode=session, segment=i, segments=n, meta={"calls": n, "splits": n - 1})
             for i in range(n)]
 
 

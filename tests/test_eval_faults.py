@@ -54,7 +54,8 @@ def test_episodes_cut_by_a_killed_env_server_are_not_scored_and_the_same_command
     port = free_port()
     out = tmp_path / "run"
     cmd = ["eval", "--env", "sleuth/Remote-v0", "--env-arg", f"url=http://127.0.0.1:{port}", "--env-arg",
-           "timeout=5", "--env-arg", "retries=1", "--env-arg", "backoff_s=0.05", "--tasks", "hotpotqa:test", "--limit", "60", "--policy", "oracle", "--concurrency", "2",
+           "timeout=5", "--env-arg", "retries=1", "--env-arg", "backoff_s=0.05", "--tasks", "hotpotqa:test",
+           "--limit", "60", "--policy", "oracle", "--concurrency", "2",
            "--out", str(out)]
     server = env_server(port)
     run = start(*cmd)

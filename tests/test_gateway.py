@@ -105,7 +105,8 @@ def test_a_rewritten_history_starts_a_segment_and_no_segment_trains_env_tokens(s
         if m.tool_calls:
             messages.append({"role": "tool", "tool_call_id": m.tool_calls[0].id, "content": "a long document " * 20})
     # the agent summarises: old tool results dropped, a new system prompt
-    summary = [{"role": "system", "content": "Notes: the documents say Paris."}, {"role": "user", "content": "Capital?"}]
+    summary = [{"role": "system", "content": "Notes: the documents say Paris."},
+               {"role": "user", "content": "Capital?"}]
     assert c.chat.completions.create(model="m", messages=summary).choices[0].message.content == "Paris"
     episode = gw.end("rw")
     assert episode.splits == 1 and [len(t.turns) for t in episode.segments] == [3, 1]
@@ -203,3 +204,22 @@ def test_sleuth_serve_gateway_records_sessions_for_a_client_in_any_language(tmp_
         proc.wait(10)
     lines = (tmp_path / "trajectories.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["meta"]["session"] == "js-1"
+
+
+def test_an_engine_failure_is_a_503_and_fails_the_episode_even_if_the_agent_answers(served, hotpot_tasks):
+    from sleuth.agents.agent_runner import run_agent_episodes
+
+    _, gw, url = served(["first"])  # the script runs out at the second call: the engine raises
+
+    def agent(task, base_url):
+        c = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0)
+        msgs = [{"role": "user", "content": task["question"]}]
+        msgs.append(c.chat.completions.create(model="m", messages=msgs).choices[0].message)
+        try:
+            c.chat.completions.create(model="m", messages=[*msgs, {"role": "user", "content": "more"}])
+        except openai.InternalServerError as e:
+            assert e.status_code == 503
+        return "Paris"  # an agent that swallows the failure still gets no score
+
+    [traj] = list(run_agent_episodes(agent, hotpot_tasks[:1], gw, url, "qa", concurrency=1))
+    assert traj.failed and traj.stop_reason == "engine_error" and "IndexError" in traj.error

@@ -57,6 +57,8 @@ class GatewayEpisode:
     calls: int
     splits: int  # segments started by a call that did not extend the previous one
     unused_choices: int
+    failed_calls: int = 0  # calls the engine could not answer (the agent got a 503)
+    error: str | None = None  # the last such failure: an episode with one is no answer, whatever the agent said
 
 
 @dataclass
@@ -88,6 +90,8 @@ class _Session:
     calls: int = 0
     splits: int = 0
     unused_choices: int = 0
+    failed_calls: int = 0
+    error: str | None = None
 
 
 class _OneCallAtATime:
@@ -141,7 +145,8 @@ class Gateway:
             return GatewayEpisode(session, None, [], 0, 0, 0)
         with s.lock:
             self._close_chain(s)
-            return GatewayEpisode(session, s.task, s.segments, s.calls, s.splits, s.unused_choices)
+            return GatewayEpisode(session, s.task, s.segments, s.calls, s.splits, s.unused_choices, s.failed_calls,
+                                  s.error)
 
     def _session(self, session: str) -> _Session:
         with self._lock:
@@ -177,7 +182,12 @@ class Gateway:
                 raise ContextOverflow(f"the prompt is {len(prompt)} tokens; with max_tokens {sampling.max_tokens} "
                                       f"it does not fit the model's context of {limit}")
             turn = len(s.chain.traj.turns) + 1 if extends is not None else 0
-            generations, version = self._generate(s, prompt, norm, sampling, n, turn)
+            try:
+                generations, version = self._generate(s, prompt, norm, sampling, n, turn)
+            except Exception as e:  # the session is left as it was: the agent may retry the call
+                s.failed_calls += 1
+                s.error = f"engine failed: {type(e).__name__}: {e}"
+                raise
             if extends is not None:
                 self._continue(s.chain, chosen, observation, norm, prompt)
             else:
@@ -229,7 +239,7 @@ class Gateway:
             s.unused_choices += len(chain.pending) - 1
         chain.traj.terminated = True
         chain.traj.stop_reason = "final"
-        chain.traj.meta["segment"] = len(s.segments)
+        chain.traj.segment = len(s.segments)
         s.segments.append(chain.traj)
 
     def _generate(self, s: _Session, prompt: list[int], norm: list[dict[str, Any]], sampling: SamplingParams,
