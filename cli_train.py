@@ -68,13 +68,19 @@ def _run_training(args: argparse.Namespace, load: Callable[..., Any], trainer_cl
     from sleuth.agents.models import ModelNotFoundError, resolve_model
     from sleuth.agents.openai_http import ServerError
     from sleuth.rundir import RunDirBusyError
-    from sleuth.training.config import ConfigError, TrainingError
+    from sleuth.training.config import ConfigError, TrainConfig, TrainingError
     from sleuth.training.rollout import WeightSyncError
 
     try:
         cfg = _run_config(args, load)
         resolve_model(cfg.model)  # a typo'd model fails here, before DeepSpeed and the weights load
-    except (ConfigError, ModelNotFoundError) as e:
+        if isinstance(cfg, TrainConfig) and cfg.agent.entrypoint:  # and a missing agent or verifier
+            from sleuth.agents.agent_runner import load_agent
+            from sleuth.verifiers.registry import VERIFIERS
+
+            load_agent(cfg.agent.entrypoint, cfg.agent.path)
+            VERIFIERS.get(cfg.agent.verifier)
+    except (ConfigError, ModelNotFoundError, ValueError, LookupError) as e:
         return _refused(str(e))
     if (env := env_of(cfg)) is not None:
         import sleuth
@@ -116,7 +122,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         return Trainer
 
-    return _run_training(args, load_config, trainer, "trained", "reward/mean", lambda c: (c.env, c.env_args))
+    return _run_training(args, load_config, trainer, "trained", "reward/mean",
+                         lambda c: None if c.agent.entrypoint else (c.env, c.env_args))
 
 
 def cmd_sft(args: argparse.Namespace) -> int:

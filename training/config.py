@@ -142,6 +142,28 @@ class EvalConfig:
     max_tokens: int = 64
 
 
+# Estimators whose advantage is one number per episode, from its outcome: the ones an agent run through the
+# gateway can train (it has no env events such as reads for a step reward), each segment of an episode
+# taking the episode's advantage.
+OUTCOME_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
+
+
+@dataclass
+class AgentConfig:
+    """A user's agent, trained unchanged through the OpenAI-compatible gateway instead of an env: `entrypoint`
+    is `module:function`, `run(task: dict, base_url: str) -> str` (sync or async), imported from `path`; its
+    answer is scored by the registered `verifier`."""
+
+    entrypoint: str | None = None
+    path: str | None = None
+    verifier: str = "qa"
+    concurrency: int = 8
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"agent.concurrency must be ≥ 1, got {self.concurrency}")
+
+
 @dataclass
 class TrainConfig:
     model: str = "smollm2"
@@ -161,8 +183,15 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     tensorboard: bool = True
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)  # set `agent.entrypoint` to train an agent, not `env`
 
     def __post_init__(self) -> None:
+        if self.agent.entrypoint is not None:
+            if self.algorithm.estimator not in OUTCOME_ESTIMATORS:
+                raise ValueError(f"an agent run has no env events for algorithm.estimator "
+                                 f"{self.algorithm.estimator!r}: use one of {', '.join(OUTCOME_ESTIMATORS)}")
+            if self.rollout.max_staleness > 0:
+                raise ValueError("an agent run samples each step's groups, then trains: rollout.max_staleness 0")
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be ≥ 1, got {self.max_steps}")
         if self.task_limit is not None and self.task_limit < 1:

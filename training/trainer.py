@@ -28,7 +28,9 @@ import torch.distributed as dist
 
 from sleuth.agents.requests import WeightsGate
 from sleuth.agents.trajectory import Trajectory
+from sleuth.rewards.episodes import per_episode
 from sleuth.training import checkpoint
+from sleuth.training.agent_rollout import AgentRollouts
 from sleuth.training.async_rollout import RolloutStream
 from sleuth.training.config import ConfigError, TrainConfig, TrainingError, TrainingWarning, to_dict
 from sleuth.training.engine import (
@@ -68,10 +70,13 @@ class Trainer:
         self.cfg, self.progress = cfg, progress
         self.rank, self.world = init_distributed()
         self.out = Path(cfg.out)
+        self.agent: AgentRollouts | None = None
         self.lock = checkpoint.own_run_dir(self.out)  # one process (group) per run directory, until train ends
         try:
             self._setup(cfg, resume)
         except BaseException:
+            if self.agent is not None:
+                self.agent.close()
             if hasattr(self, "rollout"):  # e.g. a checkpoint that cannot be restored: stop the engine it started
                 self.rollout.close()
             self.release()
@@ -148,6 +153,7 @@ class Trainer:
         self.rollout.policy.version = version
         self.gate = WeightsGate()
         self.stream = self._stream() if cfg.rollout.max_staleness > 0 else None
+        self.agent = self._agent() if cfg.agent.entrypoint else None
         self.logger = (MetricsLogger(self.out, self.step, cfg.tensorboard, cfg.wandb, _yaml_safe(to_dict(cfg)))
                        if self.rank == 0 else None)
         if self.rank == 0:
@@ -186,6 +192,8 @@ class Trainer:
                 self.logger.close()
             if self.stream is not None:
                 self.stream.close()
+            if self.agent is not None:
+                self.agent.close()
             self.rollout.close()
             self.release()
         return rows
@@ -205,7 +213,7 @@ class Trainer:
         self._check_failures(step, seen)
         ok = [t for t in seen if not t.failed]  # a failed episode has no outcome: no reward metric counts it
         t1 = time.perf_counter()
-        est = self.estimator(kept, self.tasks_by_id)
+        est = per_episode(self.estimator, kept, self.tasks_by_id)  # an agent's segments: its episode's advantage
         advantages = est.values
         t2 = time.perf_counter()
         upd = self.updater.update(kept, advantages)
@@ -324,6 +332,15 @@ class Trainer:
                 break
         return got
 
+    def _agent(self) -> AgentRollouts:
+        """A user's agent through the gateway (`agent:` in the config) instead of an env."""
+        from sleuth.agents.policy import SamplingParams
+
+        rc = self.cfg.rollout
+        seed = (self.cfg.seed * 1_000_003 + self.rank) % (2**31)
+        sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
+        return AgentRollouts(self.cfg.agent, self.rollout.policy, self.gate, sampling)
+
     def _rollout_round(self, step: int, round_: int) -> list[Trajectory]:
         import sleuth
         from sleuth.agents.loop import run_episodes
@@ -331,6 +348,11 @@ class Trainer:
 
         rc, cfg = self.cfg.rollout, self.cfg
         chosen = self.sampler.take(rc.tasks_per_step)[self.rank::self.world]
+        if self.agent is not None:
+            trajs = self.agent.round([self.tasks[i] for i in chosen], rc.group_size)
+            for t in trajs:
+                t.group = f"{t.task_id}@{step}.{round_}"
+            return trajs
         tasks = [self.tasks[i] for i in chosen for _ in range(rc.group_size)]
         seed = (cfg.seed * 1_000_003 + step * 1009 + round_ * 31 + self.rank) % (2**31)
         sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)

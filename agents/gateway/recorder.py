@@ -116,9 +116,15 @@ class _OneCallAtATime:
 
 
 class Gateway:
-    def __init__(self, policy: Policy, sampling: SamplingParams | None = None, gate: WeightsGate | None = None):
+    """`sampling`: the defaults of a call that names none. `fixed_sampling` (training): every call samples
+    with them whatever it asks (at most their `max_tokens`), so the recorded logprobs are those of the
+    temperature the trainer divides its logits by."""
+
+    def __init__(self, policy: Policy, sampling: SamplingParams | None = None, gate: WeightsGate | None = None,
+                 fixed_sampling: bool = False):
         self.policy = policy if policy.parallel_calls > 1 else _OneCallAtATime(policy)
         self.defaults = sampling or SamplingParams(max_tokens=256, temperature=1.0)
+        self.fixed_sampling = fixed_sampling
         self.gate = gate
         self.renderer = ChatRenderer(policy.tokenizer)
         self.format = ChatFormat(policy.tokenizer)
@@ -165,7 +171,9 @@ class Gateway:
             raise MessageError("messages must not be empty")
         if n < 1:
             raise MessageError(f"n must be at least 1, got {n}")
-        sampling = sampling or self.defaults
+        if self.fixed_sampling or sampling is None:
+            asked = sampling.max_tokens if sampling is not None else self.defaults.max_tokens
+            sampling = replace(self.defaults, max_tokens=min(asked, self.defaults.max_tokens))
         tools_key = json.dumps(tools, sort_keys=True) if tools else ""
         s = self._session(session)
         with s.lock:
