@@ -24,21 +24,6 @@ from sleuth.net import count_retry
 class ServerPolicy(Policy, Protocol):
     """A policy behind a connection that is closed when done (`OpenAICompletionsPolicy`)."""
 
-    def _move(self, requests: list[Request], failed: int) -> int | None:
-        """The least-loaded server other than `failed` (None if there is none), now home to the tasks of
-        `requests` and counting them as outstanding."""
-        with self._lock:
-            others = [i for i in range(len(self.servers)) if i != failed]
-            if not others:
-                return None
-            server = min(others, key=lambda i: (self.outstanding[i], i))
-            for r in requests:
-                if r.task is not None and self.home.get(r.task.id) == failed:
-                    self.home[r.task.id] = server
-            self.outstanding[server] += len(requests)
-        count_retry("rollout")
-        return server
-
     def close(self) -> None: ...
 
 
