@@ -41,11 +41,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return _fail(f"--samples {args.samples} at --temperature 0 would be {args.samples} copies of one greedy "
                      "episode (pass@k of identical samples): sample with --temperature > 0, e.g. 0.7")
     agent = None
-    if args.agent:  # before the tasks and the model load: a missing module or function is one line at once
-        from sleuth.agents.agent_runner import AgentLoadError, load_agent
+    if args.agent or args.agent_command:  # before the tasks and the model load: a missing agent is one line at once
+        from sleuth.agents.agent_runner import AgentLoadError, CommandAgent, load_agent
 
         try:
-            agent = load_agent(args.agent, args.agent_path or ".")
+            agent = (load_agent(args.agent, args.agent_path or ".") if args.agent
+                     else CommandAgent(args.agent_command, args.agent_path or "."))
         except AgentLoadError as e:
             return _fail(str(e))
     try:
@@ -71,26 +72,29 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _eval_mode(args: argparse.Namespace) -> str | None:
     """Why the options of `sleuth eval` do not go together (None: they do), the env defaults filled in. An
-    agent (`--agent`) is its own harness, tools and prompt: env options do not apply to it, and its answers
-    are scored by the verifier it names."""
+    agent (`--agent`, `--agent-command`) is its own harness, tools and prompt: env options do not apply to it,
+    and its answers are scored by the verifier it names."""
     from sleuth.agents.policy import SCRIPTED_POLICIES
     from sleuth.registry import UnknownNameError
     from sleuth.verifiers.registry import VERIFIERS
 
-    if not args.agent:
+    if args.agent and args.agent_command:
+        return "--agent and --agent-command: give one (a Python function, or a program in any language)"
+    if not (args.agent or args.agent_command):
         given = [f for f, v in (("--verifier", args.verifier), ("--agent-path", args.agent_path)) if v is not None]
         if given:
-            return (f"{' and '.join(given)} {'go' if len(given) > 1 else 'goes'} with --agent module:function (an env "
-                    "scores with its own verifier)")
+            return (f"{' and '.join(given)} {'go' if len(given) > 1 else 'goes'} with --agent module:function or "
+                    "--agent-command CMD (an env scores with its own verifier)")
         args.env, args.harness = args.env or DEFAULT_EVAL_ENV, args.harness or DEFAULT_HARNESS
         return None
     env_only = [f for f, v in (("--env", args.env is not None), ("--harness", args.harness is not None),
                                ("--env-arg", bool(args.env_arg)), ("--env-workers", args.env_workers > 0)) if v]
+    flag = "--agent" if args.agent else "--agent-command"
     if env_only:
-        return (f"{', '.join(env_only)} cannot go with --agent: the agent brings its own tools and prompt "
+        return (f"{', '.join(env_only)} cannot go with {flag}: the agent brings its own tools and prompt "
                 "(its episodes run through the gateway, not an env)")
     if args.verifier is None:
-        return f"--agent needs --verifier NAME to score its answers (one of {', '.join(VERIFIERS.names())})"
+        return f"{flag} needs --verifier NAME to score its answers (one of {', '.join(VERIFIERS.names())})"
     try:
         VERIFIERS.get(args.verifier)
     except UnknownNameError as e:
@@ -139,9 +143,9 @@ def _eval_runs(args: argparse.Namespace, tasks: list, env_args: dict[str, Any], 
                     if agent is not None:
                         summary = evaluate_agent(
                             agent, tasks, policy, out / run if multi else out, args.verifier, sampling,
-                            args.concurrency, args.agent, meta={"tasks": args.tasks, "run": run},
+                            args.concurrency, args.agent or args.agent_command, meta={"tasks": args.tasks, "run": run},
                             resume=not args.no_resume, samples=args.samples,
-                            identity={**identity, **agent_identity(args.agent, agent),
+                            identity={**identity, **agent_identity(args.agent or args.agent_command, agent),
                                       "verifier": args.verifier},
                         )
                     else:
@@ -431,10 +435,15 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--agent", metavar="MODULE:FUNCTION",
                    help="evaluate your own agent instead of an env: run(task: dict, base_url: str) -> str, sync or "
                         "async, calling the policy through the OpenAI API at base_url; needs --verifier")
+    e.add_argument("--agent-command", metavar="CMD",
+                   help="evaluate an agent in any language instead: CMD (e.g. 'node agent.mjs') runs per episode in "
+                        "--agent-path, the task's JSON on its stdin, OPENAI_BASE_URL in its environment, the answer "
+                        "on its stdout; needs --verifier")
     e.add_argument("--agent-path", metavar="DIR",
-                   help="the directory to import the agent's module from (default: the working directory)")
-    e.add_argument("--verifier", help="with --agent: the registered verifier that scores its answers (qa, code, "
-                   "swe, or a plugin's)")
+                   help="the directory to import the agent's module from, or to run its command in (default: the "
+                        "working directory)")
+    e.add_argument("--verifier", help="with --agent or --agent-command: the registered verifier that scores its "
+                   "answers (qa, code, swe, or a plugin's)")
     e.add_argument("--tasks", required=True, help="NAME:SPLIT or NAME:PATH (e.g. hotpotqa:test)")
     e.add_argument("--policy", default="smollm2",
                    help="comma list of: smollm2, random, first-k, lexical (reads titles the question and read text name), oracle, "

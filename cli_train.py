@@ -74,11 +74,14 @@ def _run_training(args: argparse.Namespace, load: Callable[..., Any], trainer_cl
     try:
         cfg = _run_config(args, load)
         resolve_model(cfg.model)  # a typo'd model fails here, before DeepSpeed and the weights load
-        if isinstance(cfg, TrainConfig) and cfg.agent.entrypoint:  # and a missing agent or verifier
-            from sleuth.agents.agent_runner import load_agent
+        if isinstance(cfg, TrainConfig) and cfg.agent.enabled:  # and a missing agent or verifier
+            from sleuth.agents.agent_runner import CommandAgent, load_agent
             from sleuth.verifiers.registry import VERIFIERS
 
-            load_agent(cfg.agent.entrypoint, cfg.agent.path)
+            if cfg.agent.entrypoint:
+                load_agent(cfg.agent.entrypoint, cfg.agent.path)
+            else:
+                CommandAgent(cfg.agent.command or "", cfg.agent.path, cfg.agent.timeout_s)
             VERIFIERS.get(cfg.agent.verifier)
     except (ConfigError, ModelNotFoundError, ValueError, LookupError) as e:
         return _refused(str(e))
@@ -123,7 +126,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return Trainer
 
     return _run_training(args, load_config, trainer, "trained", "reward/mean",
-                         lambda c: None if c.agent.entrypoint else (c.env, c.env_args))
+                         lambda c: None if c.agent.enabled else (c.env, c.env_args))
 
 
 def cmd_sft(args: argparse.Namespace) -> int:

@@ -1,5 +1,6 @@
 """Running agents sleuth has never seen: a user's function `run(task: dict, base_url: str) -> str` (sync or
-`async def`), written against any OpenAI-compatible client, pointed at the gateway with a session of its own.
+`async def`), written against any OpenAI-compatible client, pointed at the gateway with a session of its own;
+or a program in any language (`CommandAgent`): the task's JSON on its stdin, the answer on its stdout.
 
 Each episode calls the function with the task less its gold (`public_task`), records every call it makes
 through the gateway as token-exact segments, and scores the string it returns with a registered verifier.
@@ -12,8 +13,14 @@ import asyncio
 import hashlib
 import importlib
 import inspect
+import json
+import os
 import queue
 import re
+import shlex
+import shutil
+import signal
+import subprocess
 import sys
 import threading
 import traceback
@@ -78,9 +85,82 @@ def load_agent(entrypoint: str, path: str | None = None) -> AgentFn:
     return fn
 
 
+class AgentCommandError(RuntimeError):
+    """A command agent's episode gave no answer: the program exited non-zero, or ran past its timeout."""
+
+
+class CommandAgent:
+    """An agent in any language, as an `AgentFn`: each call runs `command` (split as a shell would, run without
+    one) in `cwd` with the public task's JSON on its stdin and `OPENAI_BASE_URL` (the episode's session) and
+    `OPENAI_API_KEY` in its environment; its stdout, stripped, is the answer. A non-zero exit or a run past
+    `timeout_s` (its whole process group is killed) raises `AgentCommandError` with the last line of its
+    stderr, which fails the episode."""
+
+    def __init__(self, command: str, cwd: str | Path | None = None, timeout_s: float = 600.0,
+                 api_key: str = "sleuth-local"):
+        self.command, self.timeout_s, self.api_key = command, timeout_s, api_key
+        self.cwd = Path(cwd or ".").resolve()
+        try:
+            self.argv = shlex.split(command)
+        except ValueError as e:  # an unclosed quote
+            raise AgentLoadError(f"agent command {command!r}: {e}") from None
+        if not self.argv:
+            raise AgentLoadError("the agent command is empty")
+        if not self.cwd.is_dir():
+            raise AgentLoadError(f"the agent's directory {cwd} is not a directory")
+        if timeout_s <= 0:
+            raise AgentLoadError(f"the agent's timeout must be > 0 s, got {timeout_s}")
+        exe = self.argv[0]
+        found = (self.cwd / exe).is_file() if os.sep in exe else shutil.which(exe) is not None
+        if not found:  # before any model loads, not once per episode
+            raise AgentLoadError(f"agent command {command!r}: {exe!r} is not "
+                                 f"{f'a file in {self.cwd}' if os.sep in exe else 'on PATH'}")
+
+    def __call__(self, task: dict[str, Any], base_url: str) -> str:
+        env = {**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": self.api_key}
+        proc = subprocess.Popen(self.argv, cwd=self.cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)  # its own group, killed whole
+        try:
+            out, err = proc.communicate(json.dumps(task, ensure_ascii=False).encode(), timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            _, err = proc.communicate()
+            raise AgentCommandError(f"{self.command} ran past its timeout of {self.timeout_s:g} s"
+                                    f"{_last_line(err)}") from None
+        finally:
+            if proc.poll() is None:  # an error of ours while it ran: the program does not outlive its episode
+                _kill(proc)
+                proc.wait()
+        if proc.returncode != 0:
+            raise AgentCommandError(f"{self.command} exited with {proc.returncode}{_last_line(err)}")
+        return out.decode("utf-8", errors="replace").strip()
+
+    def files(self) -> list[Path]:
+        """The files of `cwd` that the command names (its script, its binary): what the run's identity hashes."""
+        return [self.cwd / a for a in self.argv if (self.cwd / a).is_file()]
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill the program and whatever it started (its process group, which `start_new_session` made)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # already gone
+        pass
+
+
+def _last_line(stderr: bytes) -> str:
+    lines = [x.strip() for x in stderr.decode("utf-8", errors="replace").splitlines() if x.strip()]
+    return f": {lines[-1][:500]}" if lines else " (nothing on stderr)"
+
+
 def agent_identity(entrypoint: str, agent: AgentFn) -> dict[str, Any]:
     """The agent as a run's identity sees it: its entry point and a hash of the file that defines it (an edited
-    agent is another run, the same file elsewhere is not; the modules it imports are not hashed)."""
+    agent is another run, the same file elsewhere is not; the modules it imports are not hashed). A command's
+    hash is over the files it names in its directory."""
+    if isinstance(agent, CommandAgent):
+        files = agent.files()
+        digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16] if files else None
+        return {"agent": entrypoint, "agent_source": digest}
     try:
         source = inspect.getsourcefile(agent)
     except TypeError:  # defined outside any file (a builtin, a C extension)
@@ -146,7 +226,8 @@ def _records(agent: AgentFn, task: Task, session: str, base_url: str, gateway: G
             answer = asyncio.run(_wait(answer))
     except (Exception, SystemExit) as e:
         gateway.end(session)  # what it recorded is no episode: dropped with its session
-        return [_failed(task, session, "agent_error", f"{type(e).__name__}: {_where(e)}")]
+        where = str(e) if isinstance(e, AgentCommandError) else _where(e)  # a program's own line, not ours
+        return [_failed(task, session, "agent_error", f"{type(e).__name__}: {where}")]
     ep = gateway.end(session)
     if ep.error is not None:  # the engine failed a call: whatever the agent answered after it, it is no answer
         return [_failed(task, session, "engine_error", f"{ep.failed_calls} call(s) failed; the last: {ep.error}")]

@@ -1,6 +1,7 @@
-"""A user's agent as the trainer's source of rollouts: the agent runs unchanged against the OpenAI-compatible
-gateway over the rollout engine's policy (served in this process), and each step's trajectories are what the
-gateway recorded of its calls. Sampling is the config's whatever the agent asks (`Gateway.fixed_sampling`):
+"""A user's agent as the trainer's source of rollouts: the agent (a Python function, or a program run per
+episode: `agents.agent_runner.CommandAgent`) runs unchanged against the OpenAI-compatible gateway over the
+rollout engine's policy (served in this process), and each step's trajectories are what the gateway recorded
+of its calls. Sampling is the config's whatever the agent asks (`Gateway.fixed_sampling`):
 the trainer divides its logits by `rollout.temperature`, so the recorded logprobs must be of that
 temperature. The weight sync's gate holds the gateway's calls too."""
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sleuth.agents.agent_runner import load_agent, run_agent_episodes
+from sleuth.agents.agent_runner import CommandAgent, load_agent, run_agent_episodes
 from sleuth.agents.gateway import Gateway, create_app
 from sleuth.agents.policy import Policy, SamplingParams
 from sleuth.agents.requests import WeightsGate
@@ -21,7 +22,8 @@ from sleuth.training.config import AgentConfig
 class AgentRollouts:
     def __init__(self, cfg: AgentConfig, policy: Policy, gate: WeightsGate, sampling: SamplingParams):
         self.cfg = cfg
-        self.agent = load_agent(cfg.entrypoint or "", cfg.path)
+        self.agent = (load_agent(cfg.entrypoint, cfg.path) if cfg.entrypoint
+                      else CommandAgent(cfg.command or "", cfg.path, cfg.timeout_s))
         self.gateway = Gateway(policy, sampling, gate, fixed_sampling=True)
         self._server: Any = in_thread(create_app(self.gateway))
         self.url = self._server.__enter__()

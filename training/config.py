@@ -150,18 +150,34 @@ OUTCOME_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
 
 @dataclass
 class AgentConfig:
-    """A user's agent, trained unchanged through the OpenAI-compatible gateway instead of an env: `entrypoint`
-    is `module:function`, `run(task: dict, base_url: str) -> str` (sync or async), imported from `path`; its
-    answer is scored by the registered `verifier`."""
+    """A user's agent, trained unchanged through the OpenAI-compatible gateway instead of an env: either
+    `entrypoint`, `module:function`, `run(task: dict, base_url: str) -> str` (sync or async) imported from
+    `path`, or `command`, a program in any language run in `path` per episode (the task's JSON on its stdin, the
+    answer on its stdout, `OPENAI_BASE_URL` in its environment; `timeout_s` per episode). Its answer is scored
+    by the registered `verifier`."""
 
     entrypoint: str | None = None
+    command: str | None = None
     path: str | None = None
     verifier: str = "qa"
     concurrency: int = 8
+    timeout_s: float = 600.0  # a command still running after this fails its episode
 
     def __post_init__(self) -> None:
+        if self.entrypoint is not None and self.command is not None:
+            raise ValueError("agent.entrypoint and agent.command: give one (a Python function or a program; over a "
+                             "config that names one, --set the other to null)")
+        if self.path is not None and not self.enabled:
+            raise ValueError("agent.path goes with agent.entrypoint or agent.command")
         if self.concurrency < 1:
             raise ValueError(f"agent.concurrency must be ≥ 1, got {self.concurrency}")
+        if not self.timeout_s > 0:
+            raise ValueError(f"agent.timeout_s must be > 0, got {self.timeout_s}")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the run trains this agent (an entry point or a command is given) instead of an env."""
+        return self.entrypoint is not None or self.command is not None
 
 
 @dataclass
@@ -183,10 +199,10 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     tensorboard: bool = True
     wandb: WandbConfig = field(default_factory=WandbConfig)
-    agent: AgentConfig = field(default_factory=AgentConfig)  # set `agent.entrypoint` to train an agent, not `env`
+    agent: AgentConfig = field(default_factory=AgentConfig)  # agent.entrypoint or agent.command: an agent, not `env`
 
     def __post_init__(self) -> None:
-        if self.agent.entrypoint is not None:
+        if self.agent.enabled:
             if self.algorithm.estimator not in OUTCOME_ESTIMATORS:
                 raise ValueError(f"an agent run has no env events for algorithm.estimator "
                                  f"{self.algorithm.estimator!r}: use one of {', '.join(OUTCOME_ESTIMATORS)}")

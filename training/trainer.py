@@ -153,7 +153,7 @@ class Trainer:
         self.rollout.policy.version = version
         self.gate = WeightsGate()
         self.stream = self._stream() if cfg.rollout.max_staleness > 0 else None
-        self.agent = self._agent() if cfg.agent.entrypoint else None
+        self.agent = self._agent() if cfg.agent.enabled else None
         self.logger = (MetricsLogger(self.out, self.step, cfg.tensorboard, cfg.wandb, _yaml_safe(to_dict(cfg)))
                        if self.rank == 0 else None)
         if self.rank == 0:
