@@ -5,16 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from pathlib import Path
-from typing import Any
 
-from sleuth.cli_args import bounded, output_dir
+from sleuth.cli_args import bounded, one_line, output_dir
 from sleuth.cli_args import fail as _fail
 from sleuth.cli_args import parse_kv as _kv
+from sleuth.cli_eval import add_eval_parser
 from sleuth.cli_train import add_training_parsers
-from sleuth.rundir import RunDirBusyError, RunDirLock
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
@@ -26,178 +24,6 @@ def cmd_envs(args: argparse.Namespace) -> int:
     return 0
 
 
-DEFAULT_EVAL_ENV, DEFAULT_HARNESS = "sleuth/DocRead-v0", "json"
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    import sleuth
-    from sleuth.tasks import load_tasks
-
-    refused = _eval_mode(args)
-    if refused:
-        return _fail(refused)
-    env_args = _kv(args.env_arg)
-    if args.samples > 1 and args.temperature == 0:
-        return _fail(f"--samples {args.samples} at --temperature 0 would be {args.samples} copies of one greedy "
-                     "episode (pass@k of identical samples): sample with --temperature > 0, e.g. 0.7")
-    agent = None
-    if args.agent or args.agent_command:  # before the tasks and the model load: a missing agent is one line at once
-        from sleuth.agents.agent_runner import AgentLoadError, CommandAgent, load_agent
-
-        try:
-            agent = (load_agent(args.agent, args.agent_path or ".") if args.agent
-                     else CommandAgent(args.agent_command, args.agent_path or "."))
-        except AgentLoadError as e:
-            return _fail(str(e))
-    try:
-        tasks = load_tasks(args.tasks, limit=args.limit, dedupe=args.dedupe)
-    except (FileNotFoundError, ValueError) as e:
-        return _fail(str(e))
-    except Exception as e:  # e.g. a malformed JSONL line, reported by datasets
-        return _fail(f"cannot load tasks {args.tasks!r}: {type(e).__name__}: {e}")
-    if not tasks:
-        return _fail(f"no tasks in {args.tasks!r}")
-    try:
-        if agent is None:
-            sleuth.make(args.env, **env_args).close()  # fail fast on a bad env id or argument
-    except Exception as e:
-        return _fail(f"cannot build env {args.env!r}: {type(e).__name__}: {e}")
-    try:
-        return _eval_runs(args, tasks, env_args, Path(args.out), agent)
-    except RunDirBusyError as e:
-        return _fail(str(e))
-    except OSError as e:  # the run directory cannot be made (a read-only or virtual file system)
-        return _fail(f"cannot write the run to {args.out}: {e.strerror or e}")
-
-
-def _eval_mode(args: argparse.Namespace) -> str | None:
-    """Why the options of `sleuth eval` do not go together (None: they do), the env defaults filled in. An
-    agent (`--agent`, `--agent-command`) is its own harness, tools and prompt: env options do not apply to it,
-    and its answers are scored by the verifier it names."""
-    from sleuth.agents.policy import SCRIPTED_POLICIES
-    from sleuth.registry import UnknownNameError
-    from sleuth.verifiers.registry import VERIFIERS
-
-    if args.agent and args.agent_command:
-        return "--agent and --agent-command: give one (a Python function, or a program in any language)"
-    if not (args.agent or args.agent_command):
-        given = [f for f, v in (("--verifier", args.verifier), ("--agent-path", args.agent_path)) if v is not None]
-        if given:
-            return (f"{' and '.join(given)} {'go' if len(given) > 1 else 'goes'} with --agent module:function or "
-                    "--agent-command CMD (an env scores with its own verifier)")
-        args.env, args.harness = args.env or DEFAULT_EVAL_ENV, args.harness or DEFAULT_HARNESS
-        return None
-    env_only = [f for f, v in (("--env", args.env is not None), ("--harness", args.harness is not None),
-                               ("--env-arg", bool(args.env_arg)), ("--env-workers", args.env_workers > 0)) if v]
-    flag = "--agent" if args.agent else "--agent-command"
-    if env_only:
-        return (f"{', '.join(env_only)} cannot go with {flag}: the agent brings its own tools and prompt "
-                "(its episodes run through the gateway, not an env)")
-    if args.verifier is None:
-        return f"{flag} needs --verifier NAME to score its answers (one of {', '.join(VERIFIERS.names())})"
-    try:
-        VERIFIERS.get(args.verifier)
-    except UnknownNameError as e:
-        return str(e)
-    scripted = [p for p in args.policy.split(",") if p.strip() in SCRIPTED_POLICIES]
-    if scripted:
-        return (f"--policy {scripted[0].strip()} is a scripted baseline of sleuth's envs; an agent needs a model "
-                "behind the gateway (smollm2, a model directory or a hub id)")
-    return None
-
-
-def _eval_runs(args: argparse.Namespace, tasks: list, env_args: dict[str, Any], out: Path, agent: Any = None) -> int:
-    """Each policy × harness of `sleuth eval` into `out` (its own sub-folder when there are several), or each
-    policy behind `agent`. `out` is owned by this process from the moment the first policy has loaded: a
-    refused policy writes nothing."""
-    import sleuth
-    from sleuth.agents.agent_runner import agent_identity
-    from sleuth.agents.evaluate import evaluate, evaluate_agent, load_trajectories, policy_identity
-    from sleuth.agents.policy import SamplingParams, load_policy
-    from sleuth.agents.report import write_comparison
-
-    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
-    harnesses = [h.strip() for h in args.harness.split(",") if h.strip()] if agent is None else [""]
-    sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
-    multi = len(policies) * len(harnesses) > 1
-    names = _run_names(policies)
-    summaries: list[dict[str, Any]] = []
-    failures: list[str] = []
-    lock = RunDirLock(out)
-    owned = False
-    try:
-        for spec in policies:
-            try:
-                policy = load_policy(spec, seed=args.seed)
-            except Exception as e:  # a missing path, an unreachable hub id, a directory without weights
-                return _fail(f"cannot load policy {spec!r}: {type(e).__name__}: {_one_line(str(e))}")
-            if not owned:
-                lock.acquire()
-                owned = True
-            for harness in harnesses:
-                run = f"{names[spec]}-{harness}" if harness else names[spec]
-                identity = {"policy": policy_identity(spec), "tasks": args.tasks, "limit": args.limit,
-                            "samples": args.samples, "sampling": {"max_tokens": args.max_tokens,
-                                                                  "temperature": args.temperature, "seed": args.seed}}
-                try:
-                    if agent is not None:
-                        summary = evaluate_agent(
-                            agent, tasks, policy, out / run if multi else out, args.verifier, sampling,
-                            args.concurrency, args.agent or args.agent_command, meta={"tasks": args.tasks, "run": run},
-                            resume=not args.no_resume, samples=args.samples,
-                            identity={**identity, **agent_identity(args.agent or args.agent_command, agent),
-                                      "verifier": args.verifier},
-                        )
-                    else:
-                        summary = evaluate(
-                            lambda h=harness: sleuth.make(args.env, harness=h, **env_args), tasks, policy,
-                            out / run if multi else out, sampling, args.concurrency, args.env,
-                            meta={"tasks": args.tasks, "harness": harness, "run": run}, resume=not args.no_resume,
-                            samples=args.samples, env_workers=args.env_workers,
-                            identity={**identity, "env": args.env, "env_args": env_args, "harness": harness},
-                        )
-                except ValueError as e:  # e.g. a baseline that does not apply to this env
-                    return _fail(f"{run}: {e} (finished episodes are kept in {out})")
-                except OSError as e:  # the output cannot be written (a read-only or virtual file system)
-                    return _fail(f"cannot write the run to {out}: {e.strerror or e}")
-                summaries.append(summary)
-                if summary["n_failed"]:  # no answer from these: retried by the same command, never scored
-                    errors = [t.error for t in load_trajectories((out / run if multi else out) / "trajectories.jsonl")
-                              if t.failed]
-                    first = _one_line(errors[0], 300) if errors else "see the report"
-                    failures.append(f"{run}: {summary['n_failed']} of {summary['n'] + summary['n_failed']} "
-                                    f"episodes failed ({first})")
-                if summary["n"] == 0:  # nothing ran (e.g. DocRead on tasks without documents): not a result
-                    return _fail(f"{run}: no episode ran ({summary['n_failed']} failed: {first}); the report in "
-                                 f"{out} lists every error")
-        if multi:
-            write_comparison(out, summaries)
-            _print_table(summaries)
-            print(f"\nreport: {out / 'comparison.md'}")
-        else:
-            print(json.dumps(summaries[0], indent=2))
-            print(f"report: {out / 'report.md'}")
-    finally:
-        if owned:
-            lock.release()
-    if failures:  # the means above are over the episodes that ran; the failed ones are no answer
-        return _fail(f"{'; '.join(failures)}; they are not scored: run the same command again to retry them")
-    return 0
-
-
-def _one_line(text: str, width: int | None = None) -> str:
-    """The first line of an error's text, cut at `width` characters (an episode's error may hold a whole body)."""
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if width is None or len(line) <= width else line[:width - 1] + "…"
-
-
-def _run_names(specs: list[str]) -> dict[str, str]:
-    """A directory name per policy: its last path part (`oracle`, `hf`), widened with the parent folder's
-    name where two policies would share one (`sft_hf`, `train_hf`)."""
-    clean = lambda s: re.sub(r"[^A-Za-z0-9_.-]+", "_", s)  # noqa: E731
-    short = {s: clean(Path(s).name) for s in specs}
-    taken = [n for n in short.values()]
-    return {s: clean(f"{Path(s).parent.name}_{Path(s).name}") if taken.count(n) > 1 else n for s, n in short.items()}
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -369,7 +195,7 @@ def cmd_serve_gateway(args: argparse.Namespace) -> int:
     try:
         policy = load_policy(args.policy, seed=args.seed)
     except Exception as e:
-        return _fail(f"cannot load policy {args.policy!r}: {type(e).__name__}: {_one_line(str(e))}")
+        return _fail(f"cannot load policy {args.policy!r}: {type(e).__name__}: {one_line(str(e))}")
     gw = Gateway(policy, SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed))
     print(f"serving {policy.name} on http://{args.host}:{args.port}/s/<session>/v1 (OpenAI chat completions)",
           flush=True)
@@ -407,22 +233,6 @@ def _read_queries(path: str, id_field: str, text_field: str) -> list[tuple[str, 
     return out
 
 
-def _print_table(summaries: list[dict[str, Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from sleuth.agents.report import columns
-
-    cols = columns(summaries)
-    table = Table(title="held-out evaluation")
-    table.add_column("run")
-    for c in cols:
-        table.add_column(c, justify="right")
-    for s in summaries:
-        table.add_row(s["run"], *[f"{s[c]:.3f}" if isinstance(s.get(c), float) else str(s.get(c, "")) for c in cols])
-    Console(width=160).print(table)
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sleuth", description=__doc__)
     # The deepspeed launcher puts --local_rank=N before the subcommand (LOCAL_RANK is also in the environment).
@@ -430,42 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(on_interrupt="interrupted")  # a command whose finished work resumes says how instead
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("envs", help="list registered environments").set_defaults(fn=cmd_envs)
-    e = sub.add_parser("eval", help="evaluate policies on held-out tasks")
-    e.add_argument("--env", help=f"a registered env id (`sleuth envs` lists them; default {DEFAULT_EVAL_ENV})")
-    e.add_argument("--agent", metavar="MODULE:FUNCTION",
-                   help="evaluate your own agent instead of an env: run(task: dict, base_url: str) -> str, sync or "
-                        "async, calling the policy through the OpenAI API at base_url; needs --verifier")
-    e.add_argument("--agent-command", metavar="CMD",
-                   help="evaluate an agent in any language instead: CMD (e.g. 'node agent.mjs') runs per episode in "
-                        "--agent-path, the task's JSON on its stdin, OPENAI_BASE_URL in its environment, the answer "
-                        "on its stdout; needs --verifier")
-    e.add_argument("--agent-path", metavar="DIR",
-                   help="the directory to import the agent's module from, or to run its command in (default: the "
-                        "working directory)")
-    e.add_argument("--verifier", help="with --agent or --agent-command: the registered verifier that scores its "
-                   "answers (qa, code, swe, or a plugin's)")
-    e.add_argument("--tasks", required=True, help="NAME:SPLIT or NAME:PATH (e.g. hotpotqa:test)")
-    e.add_argument("--policy", default="smollm2",
-                   help="comma list of: smollm2, random, first-k, lexical (reads titles the question and read text name), oracle, "
-                        "oracle-title, oracle-lexical, noop (answers nothing), a local "
-                        "model directory or a hub id already in the local Hugging Face cache")
-    e.add_argument("--harness", help="comma list of tool-call formats: json (Hermes/OpenAI JSON "
-                   "calls; the default), text (`read 3`), tags (`<search>q</search>`, Search-R1 style)")
-    e.add_argument("--limit", type=bounded(int, 1), default=None, help="the first N tasks")
-    e.add_argument("--out", type=output_dir, required=True, help="run directory (one sub-folder per policy × harness)")
-    e.add_argument("--max-tokens", type=bounded(int, 1), default=64, help="tokens per turn")
-    e.add_argument("--temperature", type=bounded(float, 0), default=0.0, help="0: greedy")
-    e.add_argument("--concurrency", type=bounded(int, 1), default=8, help="episodes run (and batched) at once")
-    e.add_argument("--seed", type=int, default=0, help="sampling and scripted-policy seed")
-    e.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="extra env kwargs")
-    e.add_argument("--no-resume", action="store_true", help="start over instead of resuming trajectories.jsonl")
-    e.add_argument("--env-workers", type=bounded(int, 0), default=0,
-                   help="threads stepping envs in parallel (use with Code-v0 sandboxes or Remote-v0 servers)")
-    e.add_argument("--samples", type=bounded(int, 1), default=1,
-                   help="episodes per task; pass@k is reported (needs --temperature > 0)")
-    e.add_argument("--dedupe", action="store_true",
-                   help="keep the first task of each repeated task id (default: refuse a task file with repeated ids)")
-    e.set_defaults(fn=cmd_eval, on_interrupt="interrupted: what finished is kept; run the same command again to resume")
+    add_eval_parser(sub)
     c = sub.add_parser("compare", help="two eval runs side by side, with paired-bootstrap confidence intervals")
     c.add_argument("run_a")
     c.add_argument("run_b")
@@ -561,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         if os.environ.get("SLEUTH_TRACEBACK") == "1":
             raise
-        print(f"error: {type(e).__name__}: {_one_line(str(e), 300) or 'no detail'} (an unexpected failure of "
+        print(f"error: {type(e).__name__}: {one_line(str(e), 300) or 'no detail'} (an unexpected failure of "
               f"`sleuth {args.command}`; SLEUTH_TRACEBACK=1 shows where it happened)", file=sys.stderr)
         return 1
 

@@ -61,3 +61,9 @@ def fail(message: str) -> int:
     """Say what went wrong on stderr, in one line; the exit status of a refused command."""
     print(f"error: {message}", file=sys.stderr)
     return 2
+
+
+def one_line(text: str, width: int | None = None) -> str:
+    """The first line of an error's text, cut at `width` characters (an episode's error may hold a whole body)."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if width is None or len(line) <= width else line[:width - 1] + "…"
