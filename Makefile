@@ -114,6 +114,7 @@ bench: setup
 	$(PY) bench/logit_memory.py
 	$(PY) bench/swe.py --all
 	$(PY) bench/hf_logprobs.py
+	$(PY) bench/gateway.py
 
 # Every advantage estimator from the warm start (runs/main/sft/hf, built if missing), same seeds and episode budget,
 # DocRead train → the same 48 held-out test questions (3–8 min per estimator on 2 cores; `--budget` scales it).
