@@ -223,3 +223,26 @@ def test_an_engine_failure_is_a_503_and_fails_the_episode_even_if_the_agent_answ
 
     [traj] = list(run_agent_episodes(agent, hotpot_tasks[:1], gw, url, "qa", concurrency=1))
     assert traj.failed and traj.stop_reason == "engine_error" and "IndexError" in traj.error
+
+
+def test_sessions_calling_at_once_share_one_engine_call(tokenizer):
+    """A model in this process gets the calls of agents that are ready together as one batch, not one by one."""
+    import threading
+
+    policy = Scripted(tokenizer, ["a"] * 8)
+    sizes = []
+    generate = policy.generate
+    policy.generate = lambda reqs, s: sizes.append(len(reqs)) or generate(reqs, s)
+    gw = Gateway(policy, SamplingParams(max_tokens=4))
+    for k in range(4):
+        gw.begin(f"s{k}")
+    threads = [threading.Thread(target=gw.complete, args=(f"s{k}", [{"role": "user", "content": str(k)}]))
+               for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sizes == [4]
+    gw.end("s0")  # three sessions open: a lone call waits at most the window for them, then goes alone
+    gw.complete("s1", [{"role": "user", "content": "again"}])
+    assert sizes == [4, 1]
