@@ -246,3 +246,20 @@ def test_sessions_calling_at_once_share_one_engine_call(tokenizer):
     gw.end("s0")  # three sessions open: a lone call waits at most the window for them, then goes alone
     gw.complete("s1", [{"role": "user", "content": "again"}])
     assert sizes == [4, 1]
+
+
+def test_sessions_that_call_one_after_another_stop_paying_the_batching_window(tokenizer):
+    import time
+
+    from sleuth.agents.gateway.batching import MIN_WINDOW_S
+
+    gw = Gateway(Scripted(tokenizer, ["a"] * 12), SamplingParams(max_tokens=4))
+    for k in range(8):
+        gw.begin(f"s{k}")  # eight open sessions, but only one ever calls
+    took = []
+    for k in range(10):
+        start = time.perf_counter()
+        gw.complete("s0", [{"role": "user", "content": str(k)}])
+        took.append(time.perf_counter() - start)
+    assert next(iter(gw._coalescers.values())).window == MIN_WINDOW_S
+    assert sorted(took)[5] < 0.02  # the median call no longer waits the full 30 ms
