@@ -265,12 +265,17 @@ def sim(scale: float) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("sections", nargs="*", default=["docread", "code", "swe", "sim"], choices=["docread", "code", "swe", "sim"])
+    sections = ["docread", "code", "swe", "sim"]
+    # no argparse `choices` with a list default: Python 3.11 checks the default list as one choice and refuses it
+    ap.add_argument("sections", nargs="*", metavar="SECTION", help=f"any of {', '.join(sections)} (default: all)")
     ap.add_argument("--scale", type=float, default=0.2, help="simulated seconds → real seconds in `sim`")
     ap.add_argument("--no-vllm", action="store_true", help="docread: the transformers arms only")
     args = ap.parse_args()
+    unknown = [x for x in args.sections if x not in sections]
+    if unknown:
+        ap.error(f"unknown section(s) {', '.join(unknown)}: choose from {', '.join(sections)}")
     parts = []
-    for s in args.sections:
+    for s in args.sections or sections:
         print(f"… {s}", flush=True)
         lines = {"docread": lambda: docread(not args.no_vllm), "code": code, "swe": swe, "sim": lambda: sim(args.scale)}[s]()
         parts.append(f"## {s}\n\n" + "\n".join(lines))
