@@ -263,3 +263,13 @@ def test_sessions_that_call_one_after_another_stop_paying_the_batching_window(to
         took.append(time.perf_counter() - start)
     assert next(iter(gw._coalescers.values())).window == MIN_WINDOW_S
     assert sorted(took)[5] < 0.02  # the median call no longer waits the full 30 ms
+
+
+def test_a_body_that_is_not_a_request_is_a_400_in_openais_shape(served):
+    import httpx
+
+    _, gw, url = served(["x"])
+    for body in (b"not json", b"[1, 2]", b'{"messages": "hi"}', b'{"messages": [{"content": "no role"}]}'):
+        r = httpx.post(f"{url}/s/b/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text
+    assert gw.end("b").calls == 0

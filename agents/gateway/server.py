@@ -11,6 +11,7 @@ in OpenAI's chunk format."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import secrets
 import threading
@@ -22,7 +23,7 @@ from typing import Any
 
 import anyio
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from sleuth.agents.gateway.recorder import Completion, ContextOverflow, Gateway
 from sleuth.agents.gateway.render import MessageError
@@ -159,27 +160,34 @@ def create_app(gw: Gateway, api_key: str | None = None, out: str | Path | None =
 
     @app.post("/v1/chat/completions")
     @app.post("/s/{session}/v1/chat/completions")
-    def chat(request: Request, body: dict[str, Any], session: str = DEFAULT_SESSION) -> Any:
+    async def chat(request: Request, session: str = DEFAULT_SESSION) -> Response:
+        """Async over the raw body: FastAPI's validation of a `dict` body and its encoding of the reply cost
+        more per call than the gateway itself (bench/gateway.py); the engine call runs in a worker thread."""
         if not authorised(request):
             return _error(401, "wrong API key", "authentication_error", "invalid_api_key")
         try:
-            if not isinstance(body.get("messages"), list):
-                raise MessageError("messages must be a list")
+            body = json.loads(await request.body())
+        except (ValueError, RecursionError):
+            return _error(400, "the request body is not JSON")
+        try:
+            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+                raise MessageError("the body must be an object with a list of messages")
             n = body.get("n") or 1
             if isinstance(n, bool) or not isinstance(n, int):
                 raise MessageError(f"n must be an integer, got {n!r}")
-            done = gw.complete(session, body["messages"], _tools(body), sampling_of(body, gw.defaults), n,
-                               _stop(body))
+            call = functools.partial(gw.complete, session, body["messages"], _tools(body),
+                                     sampling_of(body, gw.defaults), n, _stop(body))
+            done = await anyio.to_thread.run_sync(call)
         except ContextOverflow as e:
             return _error(400, str(e), code="context_length_exceeded")
         except MessageError as e:
             return _error(400, str(e))
         except Exception as e:  # the engine failed: the agent may retry, the session is unchanged
             return _error(503, f"the engine failed: {type(e).__name__}: {e}", "server_error")
-        out = completion_body(gw, done, body.get("model") or gw.model_name, bool(body.get("logprobs")))
+        reply = completion_body(gw, done, body.get("model") or gw.model_name, bool(body.get("logprobs")))
         if body.get("stream"):
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return StreamingResponse(stream_chunks(out, usage), media_type="text/event-stream")
-        return out
+            return StreamingResponse(stream_chunks(reply, usage), media_type="text/event-stream")
+        return Response(json.dumps(reply, ensure_ascii=False), media_type="application/json")
 
     return app
