@@ -29,6 +29,7 @@ import torch.distributed as dist
 from sleuth.agents.requests import WeightsGate
 from sleuth.agents.trajectory import Trajectory
 from sleuth.rewards.episodes import per_episode
+from sleuth.tasks.base import Task
 from sleuth.training import checkpoint
 from sleuth.training.agent_rollout import AgentRollouts
 from sleuth.training.async_rollout import RolloutStream
@@ -41,9 +42,10 @@ from sleuth.training.engine import (
     load_dtype,
     resolved_dtype,
 )
-from sleuth.training.metrics import MISMATCH_WARN, MetricsLogger, describe
+from sleuth.training.metrics import MISMATCH_WARN, MetricsLogger
 from sleuth.training.rollout import WeightSyncError
 from sleuth.training.sampler import TaskSampler
+from sleuth.training.step_metrics import components, ranges, step_row, why_no_signal
 from sleuth.training.update import PolicyUpdater, all_sum
 
 PROBE = [{"role": "user", "content": "Which city is the capital of France? Answer in one word."}]
@@ -182,7 +184,7 @@ class Trainer:
             if self.no_signal_steps and self.rank == 0:
                 n = len(self.no_signal_steps)
                 warnings.warn(f"{n} of the {self.step - first + 1} steps trained had no learning signal "
-                              f"(step{'s' if n > 1 else ''} {_ranges(self.no_signal_steps)}): {NO_SIGNAL_ADVICE}",
+                              f"(step{'s' if n > 1 else ''} {ranges(self.no_signal_steps)}): {NO_SIGNAL_ADVICE}",
                               TrainingWarning, stacklevel=2)
             if cfg.checkpoint.export_hf:
                 checkpoint.export_hf(self.engine, self.model_path, self.out / "hf", self.tokenizer)
@@ -227,25 +229,26 @@ class Trainer:
             "rewards": [t.reward for t in ok], "truncated": [float(t.truncated) for t in ok],
             "length_correct": [t.num_policy_tokens for t in ok if t.reward > 0],
             "length_wrong": [t.num_policy_tokens for t in ok if t.reward <= 0],
-            "components": {**_components(ok), **est.metrics},
+            "components": {**components(ok), **est.metrics},
             # per policy token, the advantage the loss used (for gear_mix: the mixed one, from the update)
-            "adv": upd.pop("mixed_adv", None) or (np.concatenate([np.asarray(a).reshape(-1) for a in advantages]).tolist()
-                                                  if advantages else []),
+            "adv": upd.pop("mixed_adv", None)
+            or (np.concatenate([np.asarray(a).reshape(-1) for a in advantages]).tolist() if advantages else []),
             "groups": len(groups(seen)), "zero_var": dict(got.zero_var),
             "gen_tokens": sum(t.num_policy_tokens for t in seen), "stream": got.stream,
             "failed": len(seen) - len(ok), "dropped_failed": got.dropped_failed, **upd,
         }
         # step_cpu: this process's CPU seconds over the step, all its threads (episodes per CPU-minute is
         # what a CPU run is limited by); a vLLM server's own are not in it
-        row = self._summarise(_gather(local), {"rollout": t1 - t0, "reward": t2 - t1, "update": t3 - t2,
-                                               "sync": t4 - t3, "step_cpu": time.process_time() - cpu0}, sync)
+        times = {"rollout": t1 - t0, "reward": t2 - t1, "update": t3 - t2, "sync": t4 - t3,
+                 "step_cpu": time.process_time() - cpu0}
+        row = step_row(_gather(local), times, sync, self.cfg.loss.rollout_is != "none", self.rollout.policy.version)
         # no learning signal: nothing the reward said reached the weights (no trajectory kept, every advantage 0,
         # or a gradient of exactly 0); the same decision on every rank (the row is global)
         row["no_signal"] = float(not row["adv/absmax"] > 0 or row["grad_norm"] == 0)
         if row["no_signal"]:
             self.no_signal_steps.append(step)
             if len(self.no_signal_steps) == 1 and self.rank == 0:
-                warnings.warn(f"step {step}: no learning signal ({_why_no_signal(row)}): the update moved nothing "
+                warnings.warn(f"step {step}: no learning signal ({why_no_signal(row)}): the update moved nothing "
                               f"towards the reward; {NO_SIGNAL_ADVICE}", TrainingWarning, stacklevel=2)
         if self.logger:
             self.logger.log(step, row)
@@ -296,8 +299,10 @@ class Trainer:
         rc, cfg = self.cfg.rollout, self.cfg
         seed = (cfg.seed * 1_000_003 + self.rank) % (2**31)
         sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
-        return RolloutStream(lambda: sleuth.make(cfg.env, **cfg.env_args),
-                             lambda: [self.tasks[i] for i in self.sampler.take(rc.tasks_per_step)[self.rank::self.world]],
+        def next_tasks() -> list[Task]:
+            return [self.tasks[i] for i in self.sampler.take(rc.tasks_per_step)[self.rank::self.world]]
+
+        return RolloutStream(lambda: sleuth.make(cfg.env, **cfg.env_args), next_tasks,
                              self.rollout.policy, sampling, group_size=rc.group_size, concurrency=rc.concurrency,
                              max_staleness=rc.max_staleness, env_id=cfg.env, env_workers=rc.env_workers, gate=self.gate)
 
@@ -364,96 +369,6 @@ class Trainer:
         return trajs
 
     # -- metrics --------------------------------------------------------------------------------------
-    def _summarise(self, parts: list[dict[str, Any]], times: dict[str, float], sync: dict[str, float]) -> dict[str, Any]:
-        cat = lambda k: [x for p in parts for x in p.get(k, [])]  # noqa: E731
-        row: dict[str, Any] = {}
-        row.update(describe("reward", cat("rewards")))
-        comps: dict[str, list[float]] = {}
-        for p in parts:
-            for k, v in p["components"].items():
-                comps.setdefault(k, []).extend(v)
-        for k, v in comps.items():
-            row.update(describe(f"reward/{k}", v))
-        adv = cat("adv")
-        row.update(describe("adv", adv, ("mean", "absmax")))
-        for k in ("policy", "kl", "entropy", "mix"):  # numerators over the global denominator: summed over ranks
-            row[f"loss/{k}"] = sum(p.get(f"loss/{k}", 0.0) for p in parts)
-        row["grad_norm"] = parts[0].get("grad_norm", float("nan"))
-        row["optimizer_steps"] = parts[0].get("optimizer_steps", 0)
-        for k, w in enumerate(parts[0].get("mix_weights", [])):  # gear_mix: mean weight per granularity
-            row[f"mix/w{k}"] = w
-        row.update(describe("kl", cat("kl"), ("mean",)))
-        row.update(describe("entropy", cat("entropy"), ("mean",)))
-        for k in ("low", "high", "dual"):
-            v = cat(f"clip_{k}")
-            row[f"clip/{k}"] = float(np.mean(v)) if v else float("nan")
-        row.update(describe("ratio", cat("ratio"), ("p50", "p99", "max")))
-        log_ratio = cat("log_ratio")  # verl's ppo_kl: mean of log π_old − log π_θ over the update's tokens
-        row["ppo_kl"] = -float(np.mean(log_ratio)) if log_ratio else float("nan")
-        if self.cfg.loss.rollout_is != "none":
-            row.update(describe("is_weight", cat("is_weight"), ("mean", "max")))
-            for k in ("clipped", "masked"):
-                v = cat(f"is_{k}")
-                row[f"is/{k}"] = float(np.mean(v)) if v else 0.0
-        row.update(describe("mismatch", cat("mismatch"), ("mean", "p99", "max")))
-        n_groups = sum(p["groups"] for p in parts)
-        zv = Counter()
-        for p in parts:
-            zv.update(p["zero_var"])
-        row["groups/zero_var_correct"] = zv["correct"] / max(n_groups, 1)
-        row["groups/zero_var_wrong"] = zv["wrong"] / max(n_groups, 1)
-        row["episodes/failed"] = sum(p["failed"] for p in parts)
-        row["groups/dropped_failed"] = sum(p["dropped_failed"] for p in parts)
-        lc, lw = cat("length_correct"), cat("length_wrong")
-        row["length/correct"] = float(np.mean(lc)) if lc else float("nan")
-        row["length/wrong"] = float(np.mean(lw)) if lw else float("nan")
-        row["truncation_rate"] = float(np.mean(cat("truncated"))) if cat("truncated") else 0.0
-        row["tokens_per_s/rollout"] = sum(p["gen_tokens"] for p in parts) / max(times["rollout"], 1e-9)
-        row["tokens_per_s/update"] = sum(p.get("train_tokens", 0) for p in parts) / max(times["update"], 1e-9)
-        row.update({f"time/{k}": v for k, v in times.items()})
-        row.update(sync)
-        row["policy_version"] = self.rollout.policy.version
-        streams = [p["stream"] for p in parts if p["stream"] is not None]
-        if streams:  # asynchronous training: what the staleness bound dropped, and how stale the rest was
-            ages = [a for s in streams for a in s["staleness"]]
-            row["async/dropped"] = sum(s["dropped"] for s in streams)
-            row["async/partial"] = sum(s["partial"] for s in streams)
-            row["async/staleness_mean"] = float(np.mean(ages)) if ages else float("nan")
-            row["async/staleness_max"] = max(ages, default=0)
-        return row
-
-
-def _components(trajs: Sequence[Trajectory]) -> dict[str, list[float]]:
-    """Numeric verdict details (em, f1, support recall, ...) per trajectory, for reward-component metrics."""
-    out: dict[str, list[float]] = {}
-    for t in trajs:
-        details = (t.verdict or {}).get("details", {}) or {}
-        for k, v in details.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                out.setdefault(k, []).append(float(v))
-    return out
-
-
-def _why_no_signal(row: dict[str, Any]) -> str:
-    if not np.isfinite(row["adv/absmax"]):
-        return "no trajectory was left to train on"
-    if not row["adv/absmax"] > 0:
-        zv = row["groups/zero_var_correct"] + row["groups/zero_var_wrong"]
-        n = row["groups/dropped_failed"]
-        failed = f", {n} left out for a failed episode" if n else ""
-        return f"every advantage was 0; {zv:.0%} of the groups scored alike{failed}"
-    return "the gradient was exactly 0"
-
-
-def _ranges(steps: Sequence[int]) -> str:
-    """1, 2, 3, 5 → "1-3, 5"."""
-    out: list[list[int]] = []
-    for s in steps:
-        if out and s == out[-1][1] + 1:
-            out[-1][1] = s
-        else:
-            out.append([s, s])
-    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in out)
 
 
 def _gather(obj: dict[str, Any]) -> list[dict[str, Any]]:
