@@ -215,7 +215,8 @@ def add_eval_parser(sub: Any) -> None:
                    "answers (qa, code, swe, or a plugin's)")
     e.add_argument("--tasks", required=True, help="NAME:SPLIT or NAME:PATH (e.g. hotpotqa:test)")
     e.add_argument("--policy", default="smollm2",
-                   help="comma list of: smollm2, random, first-k, lexical (reads titles the question and read text name), oracle, "
+                   help="comma list of: smollm2, random, first-k, lexical (reads titles the question and read text "
+                        "name), oracle, "
                         "oracle-title, oracle-lexical, noop (answers nothing), a local "
                         "model directory or a hub id already in the local Hugging Face cache")
     e.add_argument("--harness", help="comma list of tool-call formats: json (Hermes/OpenAI JSON "

@@ -257,7 +257,8 @@ def own_process_gateway() -> Iterator[tuple[str, int]]:
     from sleuth.net import free_port, wait_healthy
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("gateway.py")), "--serve-instant", str(port)], stdout=subprocess.DEVNULL)
+    script = str(Path(__file__).with_name("gateway.py"))
+    proc = subprocess.Popen([sys.executable, script, "--serve-instant", str(port)], stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, timeout_s=120, proc=proc)

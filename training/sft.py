@@ -49,7 +49,9 @@ DEMONSTRATORS = ("oracle", "oracle-title", "oracle-lexical")
 @dataclass
 class SFTDataConfig:
     source: str = "oracle"  # oracle | rejection | trajectories | chat (see training.sft_data)
-    demonstrator: str = "oracle"  # source oracle: the scripted oracle (reads by number), oracle-title (the gold by title) or oracle-lexical (reads as the lexical baseline, answers the gold)
+    # source oracle: the scripted oracle (reads by number), oracle-title (the gold by title) or oracle-lexical
+    # (reads as the lexical baseline, answers the gold)
+    demonstrator: str = "oracle"
     tasks: str = "hotpotqa:train"  # the tasks episodes run on; its source's test split is always held out
     task_limit: int | None = None
     env: str = "DocRead-v0"
