@@ -3,10 +3,10 @@
 `cw_grpo` (the published form): a judge scores each non-final round t of a trajectory with u_t (the
 round retrieved something useful and new) and v_t (its reasoning is supported), c_t = u_t·v_t, and the
 contributions are normalised over the K non-final rounds: c̃ = softmax(γ·c) for γ < 10 (a larger γ is
-sharper: γ = 5, c = (1, 0, 0) gives ≈ (0.987, 0.007, 0.007)), and for γ ≥ 10 the hard limit c̃ = c/Σc, as
-the authors' code does. Where Σc = 0 with γ ≥ 10 the weights are uniform (the value the softmax gives for
-equal contributions; the trajectory keeps its GRPO advantage on every round): the published code could not
-be checked for this case. The outcome GRPO advantage A stays on the final round; if A > 0 round t's tokens
+sharper: γ = 5, c = (1, 0, 0) gives ≈ (0.987, 0.007, 0.007)), and for γ ≥ 10 the hard limit
+c̃ = c / max(Σc, 1e-6), as the authors' code does: where no round contributed (Σc = 0) every non-final
+round gets weight 0, so a success whose rounds retrieved nothing useful trains only its final round. The
+outcome GRPO advantage A stays on the final round; if A > 0 round t's tokens
 get A·K·c̃_t (so the mean over the non-final rounds is still A); if A ≤ 0 nothing changes. The judge runs
 only on trajectories with A > 0.
 
@@ -109,8 +109,7 @@ def normalise(c: Sequence[float], gamma: float) -> np.ndarray:
     if c.size == 0:
         return c
     if gamma >= 10:
-        total = c.sum()
-        return c / total if total > 0 else np.full(c.size, 1.0 / c.size)
+        return c / max(float(c.sum()), 1e-6)  # the authors' clamp: Σc = 0 gives every round 0
     e = np.exp(gamma * (c - c.max()))
     return e / e.sum()
 

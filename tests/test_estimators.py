@@ -106,7 +106,9 @@ def test_cw_grpo_temperature_sharpens_as_gamma_grows():
     assert normalise([1, 0, 0], 5.0)[0] == pytest.approx(0.99, abs=0.005)
     sharp = [normalise([1, 0, 0], g)[0] for g in (0.5, 1.0, 2.0, 5.0, 9.9, 10.0)]
     assert sharp == sorted(sharp) and sharp[-1] == 1.0  # monotone up to the hard limit at γ = 10
-    assert normalise([0, 0], 10.0).tolist() == [0.5, 0.5]  # Σc = 0 at γ ≥ 10: uniform (documented)
+    assert normalise([0, 0], 10.0).tolist() == [0.0, 0.0]  # Σc = 0 at γ ≥ 10: the authors' clamp, weight 0
+    assert normalise([0, 0], 12.0).tolist() == [0.0, 0.0]
+    assert normalise([0, 0], 5.0).tolist() == [0.5, 0.5]  # the softmax of equal contributions stays uniform
 
 
 @pytest.mark.parametrize("gamma, weights", [(10.0, [1.0, 0.0]), (1.0, [math.e / (math.e + 1), 1 / (math.e + 1)]),
@@ -128,13 +130,19 @@ def test_cw_grpo_by_hand(gamma, weights):
     assert est.judged == 1  # the judge ran only on the positive trajectory
 
 
-def test_cw_grpo_without_any_contribution_is_plain_grpo():
+def test_cw_grpo_without_any_contribution():
+    """No round contributed: at γ ≥ 10 (the default) the non-final rounds get weight 0 and only the final
+    round keeps the GRPO advantage, as the authors' code does (Σc clamped at 1e-6); below 10 the softmax of
+    equal contributions is uniform, which keeps A on every round."""
     from sleuth.rewards.contribution import CWGRPO
 
     a = _read_traj([(2, "Other2", "x")], 1.0)
     b = _read_traj([(3, "Other3", "y")], 0.0)
     adv = CWGRPO()([a, b], {"q": _qa_task()}).values
-    assert adv[0].tolist() == pytest.approx([0.70711] * 4, abs=1e-4)
+    assert adv[0].tolist() == pytest.approx([0.0, 0.0, 0.70711, 0.70711], abs=1e-4)
+    assert adv[1].tolist() == pytest.approx([-0.70711] * 4, abs=1e-4)  # A ≤ 0: untouched
+    soft = CWGRPO(gamma=5.0)([a, b], {"q": _qa_task()}).values
+    assert soft[0].tolist() == pytest.approx([0.70711] * 4, abs=1e-4)
 
 
 def test_cw_grpo_adv_by_hand():
