@@ -64,13 +64,50 @@ def test_aggregation_modes_by_hand():
 
 
 def test_gspo_uses_the_sequence_ratio():
-    cfg = LossConfig(policy_loss="gspo", eps_low=0.5, eps_high=0.5)
+    cfg = LossConfig(policy_loss="gspo")
     logp = torch.log(_t([2.0, 0.5])).requires_grad_()
     terms, stats = policy_loss(cfg, logp, torch.zeros(1, 2), _t([1.0, 1.0]), torch.ones(1, 2))
     # geometric mean of 2 and 0.5 is 1: both tokens carry ratio 1 and the sequence gradient
     assert stats["ratio"].tolist() == pytest.approx([1.0, 1.0])
     terms.total.backward()
-    assert logp.grad[0].tolist() == pytest.approx([-1.0, -1.0])  # ÷|y| comes from seq_mean_token_mean
+    assert logp.grad[0].tolist() == pytest.approx([-0.5, -0.5])  # −A·s/|y|: seq_mean_token_mean divides by |y|
+
+
+@pytest.mark.filterwarnings("ignore:loss.policy_loss gspo clips")
+def test_gspo_is_the_sequence_objective_by_hand():
+    """Two sequences of lengths 1 and 3, A = +1 and −1, π_old = 1 (log 0): GSPO's objective
+    J = ½ Σ_i A_i·s_i with s_i = (Π_t π_t)^(1/|y_i|), so the loss numerator (before ÷ 2 sequences) is
+    −(s_1 − s_2) and ∂/∂logp_{i,t} = −A_i·s_i/|y_i|."""
+    cfg = LossConfig(policy_loss="gspo", eps_low=0.9, eps_high=10.0)  # a wide clip: nothing clips here
+    lp = [[math.log(0.5), 0.0, 0.0], [math.log(0.4), math.log(0.8), math.log(0.2)]]
+    logp = torch.tensor(lp).requires_grad_()
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    adv = torch.tensor([[1.0, 0.0, 0.0], [-1.0, -1.0, -1.0]])
+    terms, _ = policy_loss(cfg, logp, torch.zeros(2, 3), adv, mask)
+    s1, s2 = 0.5, (0.4 * 0.8 * 0.2) ** (1 / 3)
+    assert float(terms.policy.detach()) == pytest.approx(-(s1 - s2), abs=1e-6)
+    terms.total.backward()
+    want = [[-s1, 0.0, 0.0], [s2 / 3, s2 / 3, s2 / 3]]
+    assert logp.grad.tolist() == [pytest.approx(r, abs=1e-6) for r in want]
+
+
+def test_gspo_defaults_and_refusals():
+    """GSPO gets its paper's clip range and sequence aggregation when unset; a length-weighted aggregation is
+    refused (it is not GSPO's objective), a token-sized clip range is warned about (it almost never clips)."""
+    cfg = LossConfig(policy_loss="gspo")
+    assert (cfg.eps_low, cfg.eps_high, cfg.aggregation) == (3e-4, 4e-4, "seq_mean_token_mean")
+    ppo = LossConfig()
+    assert (ppo.eps_low, ppo.eps_high, ppo.aggregation) == (0.2, 0.28, "token_mean")
+    for agg in ("token_mean", "seq_mean_token_sum_norm"):
+        with pytest.raises(ValueError, match="not GSPO's objective"):
+            LossConfig(policy_loss="gspo", aggregation=agg)
+    with pytest.warns(UserWarning, match="almost never clip"):
+        LossConfig(policy_loss="gspo", eps_low=0.2, eps_high=0.28)
+    # at the paper's range a sequence ratio of 1.001 is clipped (A > 0): the gradient stops
+    logp = torch.log(_t([1.001, 1.001])).requires_grad_()
+    terms, stats = policy_loss(cfg, logp, torch.zeros(1, 2), _t([1.0, 1.0]), torch.ones(1, 2))
+    terms.total.backward()
+    assert stats["clip_high"].tolist() == [1.0, 1.0] and logp.grad.abs().max() == 0
 
 
 def test_cispo_weights_are_clipped_and_stop_gradient():
@@ -95,12 +132,15 @@ def test_cispo_clip_metrics_count_both_sides():
     assert ppo["clip_high"].tolist() == [1, 0, 0, 0, 0] and ppo["clip_low"].tolist() == [0, 0, 0, 1, 0]
 
 
+@pytest.mark.filterwarnings("ignore:loss.policy_loss gspo clips")
 def test_ppo_cispo_gspo_give_different_gradients_once_old_differs():
     """On policy (π_old = π_θ) the three share the REINFORCE gradient; with π_old ≠ π_θ they differ."""
     logp0 = torch.log(_t([0.5, 0.2, 0.4]))
     old = torch.log(_t([0.3, 0.24, 0.4]))  # ratios 5/3, 5/6, 1
     adv, mask = _t([1.0, -1.0, 1.0]), torch.ones(1, 3)
-    cfgs = {k: LossConfig(policy_loss=k, eps_low=0.2, eps_high=0.2) for k in ("ppo", "cispo", "gspo")}
+    # one sequence: every aggregation divides by its 3 tokens; GSPO's objective needs seq_mean_token_mean
+    cfgs = {k: LossConfig(policy_loss=k, eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_mean")
+            for k in ("ppo", "cispo", "gspo")}
 
     def grad(cfg, o):
         logp = logp0.clone().requires_grad_()
@@ -111,12 +151,12 @@ def test_ppo_cispo_gspo_give_different_gradients_once_old_differs():
     assert torch.allclose(on["ppo"], on["cispo"]) and torch.allclose(on["ppo"], on["gspo"])
     off = {k: grad(c, old) for k, c in cfgs.items()}
     # ppo: token 0 clipped (r 5/3 > 1.2, A > 0) → 0; token 1: −A·r = 5/6 (inside); token 2: −1
-    assert off["ppo"].tolist() == pytest.approx([0.0, 5 / 6, -1.0], abs=1e-5)
-    # cispo: −sg(clip(r))·A: (−1.2, 5/6, −1.0)
-    assert off["cispo"].tolist() == pytest.approx([-1.2, 5 / 6, -1.0], abs=1e-5)
-    # gspo: sequence ratio (5/3 · 5/6 · 1)^(1/3) = 1.1157, inside the clip; each token −A·s
+    assert off["ppo"].tolist() == pytest.approx([0.0, 5 / 18, -1 / 3], abs=1e-5)
+    # cispo: −sg(clip(r))·A: (−1.2, 5/6, −1.0), ÷ 3
+    assert off["cispo"].tolist() == pytest.approx([-0.4, 5 / 18, -1 / 3], abs=1e-5)
+    # gspo: sequence ratio (5/3 · 5/6 · 1)^(1/3) = 1.1157, inside the clip; each token −A·s, ÷ 3
     s = (5 / 3 * 5 / 6) ** (1 / 3)
-    assert off["gspo"].tolist() == pytest.approx([-s, s, -s], abs=1e-5)
+    assert off["gspo"].tolist() == pytest.approx([-s / 3, s / 3, -s / 3], abs=1e-5)
 
 
 def test_ratio_statistic_is_exp_of_the_log_ratio():
@@ -222,6 +262,21 @@ def test_every_kl_estimator_follows_the_gradient_of_kl_pi_ref(estimator, old_shi
     got = _expected_kl_grad(estimator, old_shift)
     assert torch.allclose(got, _kl_grad(reverse=True), atol=1e-6), (got, _kl_grad(reverse=True))
     assert not torch.allclose(got, _kl_grad(reverse=False), atol=1e-3)
+
+
+def test_k1_is_exact_on_policy_only():
+    """k1 is a reward penalty fixed at π_old: its expected gradient is Σ π_θ·(log π_old − log π_ref)·∇log π_θ,
+    which is ∇KL(π_θ ‖ π_ref) only where π_old = π_θ; after the policy moves (several optimizer steps on one
+    batch) it is off by Σ π_θ·(log π_old − log π_θ)·∇log π_θ — what docs/training.md says."""
+    got = _expected_kl_grad("k1", SHIFT)
+    theta = torch.tensor(THETA, requires_grad=True)
+    logpi = torch.log_softmax(theta, -1)
+    pi_old = torch.softmax(torch.tensor(THETA) + torch.tensor(SHIFT), -1)
+    penalty = (pi_old.log() - torch.log(torch.tensor(REF))).detach()
+    (want,) = torch.autograd.grad((logpi.exp().detach() * penalty * logpi).sum(), theta)
+    assert torch.allclose(got, want, atol=1e-6)
+    exact = _kl_grad(reverse=True)
+    assert float((got - exact).norm() / exact.norm()) > 0.05  # biased off policy
 
 
 def test_the_plain_loss_forms_have_the_wrong_gradients():

@@ -14,6 +14,7 @@ that sampled the tokens; its logprobs correct the rollout–training mismatch th
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,17 +30,25 @@ ROLLOUT_IS = ("none", "tis", "mis")
 ROLLOUT_IS_LEVELS = ("token", "sequence", "geometric")
 
 
+# Per policy loss, (eps_low, eps_high, aggregation) when the config leaves them unset. PPO and CISPO clip a
+# token ratio: DAPO's clip-higher 0.2 / 0.28. GSPO clips the sequence's geometric-mean ratio, which moves far
+# less than a token ratio: its paper (Zheng et al. 2025, arXiv 2507.18071) clips at 3e-4 / 4e-4, and its
+# objective is a mean over sequences of each sequence's token mean (seq_mean_token_mean).
+POLICY_DEFAULTS = {"ppo": (0.2, 0.28, "token_mean"), "cispo": (0.2, 0.28, "token_mean"),
+                   "gspo": (3e-4, 4e-4, "seq_mean_token_mean")}
+GSPO_WIDE_EPS = 0.01  # a sequence-ratio clip wider than this almost never fires
+
+
 @dataclass
 class LossConfig:
-    # ppo (token ratio) | gspo (sequence ratio; the paper pairs it with seq_mean_token_mean) | cispo
-    policy_loss: str = "ppo"
-    eps_low: float = 0.2
-    eps_high: float = 0.28  # DAPO's clip-higher default
+    policy_loss: str = "ppo"  # ppo (token ratio) | gspo (sequence ratio) | cispo
+    eps_low: float | None = None  # None: the policy loss's own default (POLICY_DEFAULTS)
+    eps_high: float | None = None
     dual_clip: float | None = None  # c > 1: caps the loss of negative-advantage tokens at c·|A| (Ye et al. 2020)
     kl_coef: float = 0.0  # > 0 loads a frozen reference model
-    kl_estimator: str = "k3"  # every estimator optimises KL(π_θ ‖ π_ref); see `kl_loss`
+    kl_estimator: str = "k3"  # k2, k3: ∇KL(π_θ ‖ π_ref) on and off policy; k1: on policy only (see `kl_loss`)
     entropy_coef: float = 0.0
-    aggregation: str = "token_mean"
+    aggregation: str | None = None  # None: the policy loss's own (gspo: seq_mean_token_mean, else token_mean)
     norm_length: int = 1024  # the constant of `seq_mean_token_sum_norm` (Dr.GRPO): a max response length
     # Rollout–training mismatch correction (needs update.old_logprobs: recompute): none | tis | mis
     rollout_is: str = "none"
@@ -48,8 +57,21 @@ class LossConfig:
 
     def __post_init__(self) -> None:
         _choice("loss.policy_loss", self.policy_loss, POLICY_LOSSES)
+        eps_low, eps_high, aggregation = POLICY_DEFAULTS[self.policy_loss]
+        self.eps_low = eps_low if self.eps_low is None else self.eps_low
+        self.eps_high = eps_high if self.eps_high is None else self.eps_high
+        self.aggregation = aggregation if self.aggregation is None else self.aggregation
         _choice("loss.kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         _choice("loss.aggregation", self.aggregation, AGGREGATIONS)
+        if self.policy_loss == "gspo":
+            if self.aggregation != "seq_mean_token_mean":
+                raise ValueError(f"loss.policy_loss gspo optimises a mean over sequences of each sequence's token "
+                                 f"mean; loss.aggregation {self.aggregation} weights sequences by length, which is "
+                                 "not GSPO's objective: use seq_mean_token_mean (or leave it unset)")
+            if max(self.eps_low, self.eps_high) > GSPO_WIDE_EPS:
+                warnings.warn(f"loss.policy_loss gspo clips a sequence's geometric-mean ratio, which rarely leaves "
+                              f"1 ± {GSPO_WIDE_EPS}: eps_low {self.eps_low} / eps_high {self.eps_high} will almost "
+                              "never clip (GSPO's paper uses 3e-4 / 4e-4, the defaults when unset)", stacklevel=2)
         _choice("loss.rollout_is", self.rollout_is, ROLLOUT_IS)
         _choice("loss.rollout_is_level", self.rollout_is_level, ROLLOUT_IS_LEVELS)
         if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
