@@ -58,7 +58,9 @@ class Estimator(ABC):
     def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> Advantages: ...
 
     def refresh_due(self, step: int) -> bool:
-        """Whether the trainer should hand the policy's weights to `refresh` after optimizer step `step`."""
+        """Whether the trainer should hand the policy's weights to `refresh` after optimizer step `step`; the
+        trainer also asks for step 0, before the first step (a fresh start or a resume), so an estimator that
+        tracks the policy starts from the policy's weights."""
         return self.step_source is not None and self.step_source.refresh_due(step)
 
     def refresh(self, state: Mapping[str, Any]) -> None:

@@ -354,3 +354,13 @@ def test_chunked_logprobs_divide_bf16_logits_by_the_temperature_in_fp32(chunk):
     torch.testing.assert_close(ent[0, 1:], -(logsm.exp() * logsm).sum(-1), rtol=0, atol=1e-5)
     in_bf16 = torch.log_softmax((head(hidden) / 0.7).float(), dim=-1).gather(-1, ids[0, 1:, None])[:, 0]
     assert (in_bf16 - expected).abs().max() > 1e-3  # the rounding the test guards against is real here
+
+
+def test_log_ratio_clamp_is_counted():
+    """A token whose log-ratio passes ±LOG_RATIO_CLAMP gets a clamped (wrong) ratio: the stat says where."""
+    from sleuth.training.losses import LOG_RATIO_CLAMP
+
+    logp = _t([-1.0, -1.0, -1.0])
+    old = _t([-1.0, -1.0 - LOG_RATIO_CLAMP - 5, -1.0 + LOG_RATIO_CLAMP + 1])
+    _, stats = policy_loss(LossConfig(), logp, old, _t([1.0, 1.0, 1.0]), torch.ones(1, 3))
+    assert stats["log_ratio_clamped"].tolist() == [0.0, 1.0, 1.0]

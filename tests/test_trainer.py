@@ -79,6 +79,9 @@ def test_train_steps_sync_and_log(tiny_model_dir, tmp_path):
         assert r["sync/max_logit_diff"] <= 1e-3
         assert r["mismatch/mean"] < 1e-3  # transformers engine vs trainer recompute: same model, |Δ| ~ 0
         assert 0 <= r["groups/zero_var_wrong"] <= 1 and r["time/update"] > 0
+        # health: the clamp never fires on policy; on policy with matching engines every group counts fully
+        assert r["clip/log_ratio_clamp"] == 0 and r["groups/ess_mean"] == pytest.approx(1.0, abs=1e-3)
+        assert 0 <= r["groups/zero_var_expected"] <= 1 and r["groups/zero_var"] >= r["groups/zero_var_wrong"]
         # the process's CPU seconds cover at least the update's own (single-threaded it would equal its wall)
         assert r["time/step_cpu"] > 0.5 * r["time/update"]
     # the engine runs the trained weights: its probe logits equal the trainer's
@@ -233,3 +236,34 @@ def test_measurement_switches_reach_the_engine_and_the_update(tiny_model_dir, tm
                                                                       "update.full_logits": not on}), progress=False)
         assert trainer.rollout.policy.share_prefill is on
         assert trainer.updater.policy.full_logits is (not on)
+
+
+def _reads(task, titles: list[str], reward: float, group: str):
+    from sleuth.agents.trajectory import ReadEvent, Trajectory, Turn
+
+    turns = [Turn([5, 6], [-1.0, -1.0], f"read {t}", observation=f"text of {t}", observation_ids=[9],
+                  read=ReadEvent(k, t)) for k, t in enumerate(titles)]
+    turns.append(Turn([5, 6], [-1.0, -1.0], "answer: x"))
+    return Trajectory(task.id, "DocRead-v0", [1, 2], turns=turns, reward=reward, group=group)
+
+
+@pytest.mark.parametrize("mode", ["drop", "dynamic"])
+def test_zero_variance_judges_groups_by_their_advantages(tiny_model_dir, tmp_path, mode):
+    """Under a step-reward estimator a group whose members all scored 0 still trains when their reads
+    differ (support gain: one read a gold document, one did not); a group whose members also read alike
+    has no advantage anywhere and is left out. Judging by the outcome reward dropped both."""
+    from sleuth.training.trainer import Trainer
+
+    trainer = Trainer(_cfg(tiny_model_dir, tmp_path / mode, max_steps=1, **{
+        "rollout.zero_variance": mode, "rollout.dynamic_max_rounds": 1, "algorithm.estimator": "info_gain",
+        "algorithm.estimator_args": {"variant": "support", "step_baseline": "turn_index"}}), progress=False)
+    task = trainer.tasks[0]
+    gold, other = task.payload["supporting"][0], next(d["title"] for d in task.payload["docs"]
+                                                      if d["title"] not in task.payload["supporting"])
+    differ = [_reads(task, [gold], 0.0, "a"), _reads(task, [other], 0.0, "a")]
+    alike = [_reads(task, [other], 0.0, "b"), _reads(task, [other], 0.0, "b")]
+    trainer._rollout_round = lambda step, round_: differ + alike
+    got = trainer.collect(1)
+    assert got.kept == differ and got.zero_var["wrong"] == 2 and got.no_signal_groups == 1
+    assert len(got.advantages) == 2 and got.advantages[0][0] > 0 > got.advantages[1][0]
+    trainer.release()

@@ -262,7 +262,8 @@ def policy_loss(cfg: LossConfig, logp: torch.Tensor, old_logp: torch.Tensor, adv
                 is_weight: torch.Tensor | None = None) -> tuple[LossTerms, dict[str, Any]]:
     """(loss numerators, per-token statistics for metrics). `adv` is per token (0 off the mask); `is_weight`
     (detached, from `importance_weights`) multiplies the policy-gradient term only, as verl does."""
-    log_ratio = (logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    raw_log_ratio = logp - old_logp
+    log_ratio = raw_log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     lo, hi = 1.0 - cfg.eps_low, 1.0 + cfg.eps_high
     use_kl = ref_logp is not None and cfg.kl_coef > 0
     kl_value = kl_penalty(logp, ref_logp, cfg.kl_estimator).detach() if use_kl else None
@@ -305,6 +306,7 @@ def policy_loss(cfg: LossConfig, logp: torch.Tensor, old_logp: torch.Tensor, adv
         "clip_low": clip_low[m].float(),
         "clip_high": clip_high[m].float(),
         "clip_dual": clip_dual[m].float(),
+        "log_ratio_clamped": (raw_log_ratio.detach()[m].abs() > LOG_RATIO_CLAMP).float(),
         "kl": kl_value[m] if kl_value is not None else None,
         "entropy": entropy.detach()[m] if entropy is not None else None,
     }

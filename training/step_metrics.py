@@ -14,7 +14,7 @@ from sleuth.training.metrics import describe
 
 
 def step_row(parts: list[dict[str, Any]], times: dict[str, float], sync: dict[str, float], rollout_is: bool,
-             policy_version: int) -> dict[str, Any]:
+             policy_version: int, group_size: int) -> dict[str, Any]:
     """One step's metrics row from every rank's part (`parts`, gathered), the stage times and the sync check."""
     cat = lambda k: [x for p in parts for x in p.get(k, [])]  # noqa: E731
     row: dict[str, Any] = {}
@@ -39,6 +39,11 @@ def step_row(parts: list[dict[str, Any]], times: dict[str, float], sync: dict[st
         v = cat(f"clip_{k}")
         row[f"clip/{k}"] = float(np.mean(v)) if v else float("nan")
     row.update(describe("ratio", cat("ratio"), ("p50", "p99", "max")))
+    clamped = cat("log_ratio_clamped")  # |log π_θ − log π_old| beyond losses.LOG_RATIO_CLAMP: the ratio is wrong there
+    row["clip/log_ratio_clamp"] = float(np.mean(clamped)) if clamped else float("nan")
+    ess = cat("group_ess")  # per group, normalised to (0, 1]: see update.group_ess
+    row["groups/ess_mean"] = float(np.mean(ess)) if ess else float("nan")
+    row["groups/ess_min"] = float(np.min(ess)) if ess else float("nan")
     log_ratio = cat("log_ratio")  # verl's ppo_kl: mean of log π_old − log π_θ over the update's tokens
     row["ppo_kl"] = -float(np.mean(log_ratio)) if log_ratio else float("nan")
     if rollout_is:
@@ -53,6 +58,9 @@ def step_row(parts: list[dict[str, Any]], times: dict[str, float], sync: dict[st
         zv.update(p["zero_var"])
     row["groups/zero_var_correct"] = zv["correct"] / max(n_groups, 1)
     row["groups/zero_var_wrong"] = zv["wrong"] / max(n_groups, 1)
+    row["groups/zero_var"] = (zv["correct"] + zv["wrong"]) / max(n_groups, 1)
+    row["groups/zero_var_expected"] = expected_zero_variance(cat("success"), group_size)
+    row["groups/no_signal"] = sum(p["no_signal_groups"] for p in parts) / max(n_groups, 1)
     row["episodes/failed"] = sum(p["failed"] for p in parts)
     row["groups/dropped_failed"] = sum(p["dropped_failed"] for p in parts)
     lc, lw = cat("length_correct"), cat("length_wrong")
@@ -72,6 +80,16 @@ def step_row(parts: list[dict[str, Any]], times: dict[str, float], sync: dict[st
         row["async/staleness_mean"] = float(np.mean(ages)) if ages else float("nan")
         row["async/staleness_max"] = max(ages, default=0)
     return row
+
+
+def expected_zero_variance(success: Sequence[float], group_size: int) -> float:
+    """p^G + (1 − p)^G: the share of groups of G whose members all succeed or all fail when every episode
+    succeeds independently with the step's success rate p (reward > 0). A measured share above it says the
+    tasks differ in difficulty (some always solved, some never), which more episodes per group cannot fix."""
+    if not success:
+        return float("nan")
+    p = float(np.mean(success))
+    return p**group_size + (1.0 - p) ** group_size
 
 
 def components(trajs: Sequence[Trajectory]) -> dict[str, list[float]]:

@@ -59,12 +59,16 @@ class EpisodesFailedError(TrainingError):
 
 @dataclass
 class Collected:
-    """A step's rollouts on this rank."""
+    """A step's rollouts on this rank, with the advantages the update trains on."""
     kept: list[Trajectory]  # the trajectories the update trains on
     seen: list[Trajectory]  # every trajectory sampled, failed ones included (metrics, the rollouts file)
-    zero_var: Counter = field(default_factory=Counter)  # zero-variance groups: "correct" / "wrong"
+    advantages: list[np.ndarray] = field(default_factory=list)  # aligned with `kept`
+    estimator_metrics: dict[str, list[float]] = field(default_factory=dict)  # the estimator's, every round's
+    zero_var: Counter = field(default_factory=Counter)  # groups whose outcome rewards are all alike: correct / wrong
+    no_signal_groups: int = 0  # groups whose every advantage is 0 (what `zero_variance: drop | dynamic` leave out)
     stream: dict[str, Any] | None = None  # what the rollout stream reports (None without one)
     dropped_failed: int = 0  # groups left out because a member failed
+    reward_s: float = 0.0  # seconds spent in the estimator
 
 
 class Trainer:
@@ -151,6 +155,8 @@ class Trainer:
             if state is not None:
                 self.step, version = int(state["step"]), int(state["policy_version"])
                 self.sampler.load(state["sampler"])
+        if self.estimator.refresh_due(0):  # a reader that tracks the policy starts as the policy (or its checkpoint)
+            self.estimator.refresh(full_state_dict(self.engine.module))
         self.rollout.sync(self.engine.module)  # verified, also at a fresh start: the engine must match
         self.rollout.policy.version = version
         self.gate = WeightsGate()
@@ -214,10 +220,9 @@ class Trainer:
         self._write_rollouts(step, seen)
         self._check_failures(step, seen)
         ok = [t for t in seen if not t.failed]  # a failed episode has no outcome: no reward metric counts it
-        t1 = time.perf_counter()
-        est = per_episode(self.estimator, kept, self.tasks_by_id)  # an agent's segments: its episode's advantage
-        advantages = est.values
         t2 = time.perf_counter()
+        t1 = t2 - got.reward_s
+        advantages = got.advantages
         upd = self.updater.update(kept, advantages)
         t3 = time.perf_counter()
         sync = self._sync()
@@ -229,11 +234,12 @@ class Trainer:
             "rewards": [t.reward for t in ok], "truncated": [float(t.truncated) for t in ok],
             "length_correct": [t.num_policy_tokens for t in ok if t.reward > 0],
             "length_wrong": [t.num_policy_tokens for t in ok if t.reward <= 0],
-            "components": {**components(ok), **est.metrics},
+            "components": {**components(ok), **got.estimator_metrics},
             # per policy token, the advantage the loss used (for gear_mix: the mixed one, from the update)
             "adv": upd.pop("mixed_adv", None)
             or (np.concatenate([np.asarray(a).reshape(-1) for a in advantages]).tolist() if advantages else []),
-            "groups": len(groups(seen)), "zero_var": dict(got.zero_var),
+            "groups": len(groups(seen)), "zero_var": dict(got.zero_var), "no_signal_groups": got.no_signal_groups,
+            "success": [float(t.reward > 0) for t in ok],
             "gen_tokens": sum(t.num_policy_tokens for t in seen), "stream": got.stream,
             "failed": len(seen) - len(ok), "dropped_failed": got.dropped_failed, **upd,
         }
@@ -241,7 +247,8 @@ class Trainer:
         # what a CPU run is limited by); a vLLM server's own are not in it
         times = {"rollout": t1 - t0, "reward": t2 - t1, "update": t3 - t2, "sync": t4 - t3,
                  "step_cpu": time.process_time() - cpu0}
-        row = step_row(_gather(local), times, sync, self.cfg.loss.rollout_is != "none", self.rollout.policy.version)
+        row = step_row(_gather(local), times, sync, self.cfg.loss.rollout_is != "none", self.rollout.policy.version,
+                       self.cfg.rollout.group_size)
         # no learning signal: nothing the reward said reached the weights (no trajectory kept, every advantage 0,
         # or a gradient of exactly 0); the same decision on every rank (the row is global)
         row["no_signal"] = float(not row["adv/absmax"] > 0 or row["grad_norm"] == 0)
@@ -307,9 +314,13 @@ class Trainer:
                              max_staleness=rc.max_staleness, env_id=cfg.env, env_workers=rc.env_workers, gate=self.gate)
 
     def collect(self, step: int) -> Collected:
-        """This rank's trajectories for the update: groups with a failed episode left out, zero-variance
-        groups kept, dropped, or replaced by more sampling as configured (`dynamic` also replaces the
-        failed ones)."""
+        """This rank's trajectories for the update and their advantages: groups with a failed episode left
+        out; groups without a learning signal kept, dropped, or replaced by more sampling as configured
+        (`dynamic` also replaces the failed ones). A group has no signal when every advantage the estimator
+        gives its members is 0 — judged on the advantages, not the outcome rewards, so a group whose members
+        scored alike but read differently still trains under a step-reward estimator (`info_gain`, `gigpo`,
+        `gear_mix`). Every estimator sleuth ships is group-local, so advantages taken round by round are
+        the advantages of the whole step."""
         from sleuth.rewards.base import groups
 
         rc = self.cfg.rollout
@@ -323,19 +334,41 @@ class Trainer:
             else:
                 trajs = self._rollout_round(step, round_)
             got.seen += trajs
+            whole = []
             for idx in groups(trajs).values():
                 if any(trajs[i].failed for i in idx):  # its baseline would be over the survivors only
                     got.dropped_failed += 1
-                    continue
-                rewards = [trajs[i].reward for i in idx]
-                if max(rewards) - min(rewards) < 1e-9:
-                    got.zero_var["correct" if rewards[0] > 0 else "wrong"] += 1
-                    if rc.zero_variance != "keep":
-                        continue
-                got.kept += [trajs[i] for i in idx]
+                else:
+                    whole.append([trajs[i] for i in idx])
+            self._judge(got, whole)
             if rc.zero_variance != "dynamic" or all_sum(len(groups(got.kept))) >= rc.tasks_per_step:
                 break
         return got
+
+    def _judge(self, got: Collected, whole: list[list[Trajectory]]) -> None:
+        """Advantages for a round's intact groups; keep each group unless it has no learning signal and
+        `rollout.zero_variance` leaves such groups out."""
+        flat = [t for g in whole for t in g]
+        if not flat:
+            return
+        t0 = time.perf_counter()
+        est = per_episode(self.estimator, flat, self.tasks_by_id)  # an agent's segments: its episode's advantage
+        got.reward_s += time.perf_counter() - t0
+        for k, v in est.metrics.items():
+            got.estimator_metrics.setdefault(k, []).extend(v)
+        at = 0
+        for members in whole:
+            advs = est.values[at:at + len(members)]
+            at += len(members)
+            rewards = [t.reward for t in members]
+            if max(rewards) - min(rewards) < 1e-9:
+                got.zero_var["correct" if rewards[0] > 0 else "wrong"] += 1
+            if not any(np.asarray(a).size and float(np.abs(a).max()) > 1e-9 for a in advs):
+                got.no_signal_groups += 1
+                if self.cfg.rollout.zero_variance != "keep":
+                    continue
+            got.kept += members
+            got.advantages += list(advs)
 
     def _agent(self) -> AgentRollouts:
         """A user's agent through the gateway (`agent:` in the config) instead of an env."""

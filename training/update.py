@@ -33,8 +33,8 @@ from sleuth.training.losses import (
 )
 from sleuth.training.mixing import Mixing
 
-STAT_KEYS = ("ratio", "log_ratio", "clip_low", "clip_high", "clip_dual", "kl", "entropy", "mismatch", "is_weight",
-             "is_clipped", "is_masked", "mixed_adv", "mix_weights")
+STAT_KEYS = ("ratio", "log_ratio", "log_ratio_clamped", "clip_low", "clip_high", "clip_dual", "kl", "entropy",
+             "mismatch", "is_weight", "is_clipped", "is_masked", "mixed_adv", "mix_weights")
 LOSS_KEYS = ("policy", "kl", "entropy", "mix")
 
 
@@ -44,9 +44,20 @@ class _Tally:
     stats: dict[str, list[torch.Tensor]] = field(default_factory=lambda: {k: [] for k in STAT_KEYS})
     losses: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LOSS_KEYS, 0.0))
     grad_norms: list[float] = field(default_factory=list)
+    # per group: each member's sequence log-weight log π_old(y) − log π_rollout(y), measured once
+    seq_log_w: dict[str, list[float]] = field(default_factory=dict)
 
     def add(self, key: str, value: torch.Tensor) -> None:
         self.stats[key].append(value.detach().cpu())
+
+
+def group_ess(log_w: Sequence[float]) -> float:
+    """Normalised effective sample size of a group, (Σw)² / (n·Σw²) with w its members' sequence importance
+    weights π_old/π_rollout: 1 when every member counts alike (on policy, no engine mismatch), 1/n when one
+    member carries the group (stale or mismatched samples)."""
+    lw = np.asarray(log_w, dtype=np.float64)
+    w = np.exp(lw - lw.max())
+    return float(w.sum() ** 2 / (len(w) * (w**2).sum()))
 
 
 class PolicyUpdater:
@@ -101,6 +112,7 @@ class PolicyUpdater:
         if mix:
             out["mix_weights"] = torch.cat(mix).mean(0).tolist()
         out.update({f"loss/{k}": v / steps for k, v in tally.losses.items()})
+        out["group_ess"] = [group_ess(v) for v in tally.seq_log_w.values()]
         out.update(grad_norm=float(np.mean(tally.grad_norms)), optimizer_steps=steps,
                    train_tokens=sum(len(t.token_ids()) for t in trajs) * self.epochs)
         return out
@@ -184,8 +196,11 @@ class PolicyUpdater:
             if measure_mismatch and real:
                 pre = b.old_logprobs if old is not None else logp.detach()
                 tally.add("mismatch", (pre[m] - b.sampling_logprobs[m]).abs())
+                seq_lw = ((pre - b.sampling_logprobs) * b.loss_mask).sum(-1).tolist()
+                for row, j in enumerate(b.index):
+                    tally.seq_log_w.setdefault(trajs[j].group or trajs[j].task_id, []).append(seq_lw[row])
             tally.add("log_ratio", torch.log(stats["ratio"].clamp(min=1e-30)))
-            for key in ("ratio", "clip_low", "clip_high", "clip_dual", "kl", "entropy"):
+            for key in ("ratio", "log_ratio_clamped", "clip_low", "clip_high", "clip_dual", "kl", "entropy"):
                 if stats[key] is not None:
                     tally.add(key, stats[key])
         self.engine.step()
