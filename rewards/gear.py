@@ -1,12 +1,28 @@
 """GEAR, ground-truth-conditioned form (`gear_gt`): token weights that reshape the GRPO advantage.
 
-A teacher — the reader model given the gold answer and supporting titles in an extra system message before
-the trajectory — and a student — the same model on the trajectory as it is — score every policy token.
-Where the teacher diverges sharply from the student (D_t = KL(p_teacher ‖ p_student) above μ + κ·σ of the
-trajectory's policy tokens) a segment starts; it extends over the following tokens while the student's
-entropy stays ≥ τ (the trajectory's median entropy by default) and ends at a low-entropy token, the next
-spike, or the end of the turn. Tokens inside segments get weight 1 + α, others 1; weights are rescaled so
-their mean over the trajectory's policy tokens is 1, and A_{i,t} = A^{grpo}_i · w_{i,t}.
+Li et al. 2026, *GEAR: Granularity-Adaptive Advantage Reweighting for LLM Agents via Self-Distillation*
+(arXiv:2605.11853). The student is the on-policy model on the trajectory as it is; the teacher is the same
+model with the ground truth in context (here: the gold answer and supporting titles in an extra system
+message before the trajectory). Both are the reader model, which holds the policy's merged weights: the
+trainer loads them at setup and after every `refresh_every` optimizer steps (default 1, every step).
+
+Per policy token t: D_t = KL(p_teacher ‖ p_student) (clamped at 0: float rounding makes it slightly negative
+where the two agree). A spike, D_s > μ + κ·σ over the trajectory's policy tokens, is a departure point: it
+starts a segment that extends over the following tokens while the student's entropy stays ≥ τ (the
+trajectory's median entropy by default) and ends at a low-entropy token, the next spike, or the end of the
+turn. With d = D / mean(D) over the trajectory's policy tokens,
+
+    w_t = 1 + α·d_s   for t in the segment that started at s (s itself included)
+    w_t = 1 + α·d_t   outside segments (token-level resolution)
+
+rescaled so that their mean over the trajectory's policy tokens is 1 (all 1 when mean(D) = 0), and
+A_{i,t} = A^{grpo}_i · w_{i,t}. Trajectories whose GRPO advantage is 0 are not scored.
+
+From the paper: the on-policy student, the ground-truth-conditioned teacher, divergence spikes as segment
+anchors, token entropy as the signal that extends a segment, token-level weights where the student stays
+aligned and the departure point's divergence modulating its segment. sleuth's choices, which the abstract
+does not fix: the hint's text, the spike rule μ + κ·σ, the entropy threshold τ, the map w = 1 + α·d with the
+scale-free d = D / mean(D), the mean-1 rescaling and GRPO as the outcome advantage.
 """
 
 from __future__ import annotations
@@ -33,39 +49,75 @@ from sleuth.rewards.info_gain import InfoGain
 HINT = "For grading only: the correct answer is {answer}. Supporting documents: {titles}."
 
 
-def segment_weights(divergence: np.ndarray, entropy: np.ndarray, turn_ends: Sequence[int], kappa: float = 1.0,
-                    tau: float | None = None, alpha: float = 1.0) -> np.ndarray:
-    """Weights for one trajectory's policy tokens (see the module docstring); `turn_ends` are the indices
-    one past each turn's last token."""
+def segment_starts(divergence: np.ndarray, entropy: np.ndarray, turn_ends: Sequence[int], kappa: float = 1.0,
+                   tau: float | None = None) -> np.ndarray:
+    """For each policy token, the index of the departure point whose segment holds it, or −1 outside segments
+    (see the module docstring); `turn_ends` are the indices one past each turn's last token."""
     n = len(divergence)
+    starts = np.full(n, -1)
     if n == 0:
-        return np.zeros(0)
+        return starts
     spikes = divergence > divergence.mean() + kappa * divergence.std()
     tau = float(np.median(entropy)) if tau is None else tau
     ends = set(turn_ends)
-    inside = np.zeros(n, dtype=bool)
-    active = False
+    start = -1
     for t in range(n):
         if t in ends:
-            active = False
+            start = -1
         if spikes[t]:
-            active = True
-        elif active and entropy[t] < tau:
-            active = False
-        inside[t] = active
-    w = np.where(inside, 1.0 + alpha, 1.0)
+            start = t
+        elif start >= 0 and entropy[t] < tau:
+            start = -1
+        starts[t] = start
+    return starts
+
+
+def segment_weights(divergence: np.ndarray, entropy: np.ndarray, turn_ends: Sequence[int], kappa: float = 1.0,
+                    tau: float | None = None, alpha: float = 1.0) -> np.ndarray:
+    """Weights for one trajectory's policy tokens, mean 1 (see the module docstring). `divergence` must be
+    ≥ 0: a negative d would give a weight below 1, and below 0 one that flips the advantage's sign."""
+    if np.any(divergence < 0):
+        raise ValueError("gear_gt divergences must be ≥ 0 (a KL)")
+    n = len(divergence)
+    if n == 0:
+        return np.zeros(0)
+    mean = float(divergence.mean())
+    if mean == 0:
+        return np.ones(n)
+    starts = segment_starts(divergence, entropy, turn_ends, kappa, tau)
+    anchor = np.where(starts >= 0, starts, np.arange(n))
+    w = 1.0 + alpha * divergence[anchor] / mean
     return w / w.mean()
 
 
 class GearGT(Estimator):
     def __init__(self, reader: Any = "smollm2", kappa: float = 1.0, tau: float | None = None, alpha: float = 1.0,
-                 eps: float = 1e-6):
+                 eps: float = 1e-6, refresh_every: int = 1):
+        if refresh_every < 1:
+            raise ValueError(f"gear_gt refresh_every must be ≥ 1 (its student and teacher are the current policy, "
+                             f"loaded into the reader every refresh_every steps); got {refresh_every}")
         if isinstance(reader, str):
             from sleuth.rewards.reader import Reader
 
             reader = Reader(reader)
         self.reader, self.kappa, self.tau, self.alpha = reader, kappa, tau, alpha
+        self.refresh_every = refresh_every
         self.outcome = GroupOutcome("grpo", eps)
+
+    def refresh_due(self, step: int) -> bool:
+        return step % self.refresh_every == 0
+
+    def refresh(self, state: Mapping[str, Any]) -> None:
+        """Load the policy's merged weights into the reader; a parameter name either side lacks raises (the
+        reader would otherwise keep some of its own weights and stop being the policy)."""
+        model = self.reader.model
+        own, given = set(model.state_dict()), set(state)
+        if own != given:
+            raise ValueError(f"gear_gt loads the policy's weights into the reader, but their parameter names differ "
+                             f"(reader only: {sorted(own - given)[:3]}, policy only: {sorted(given - own)[:3]}): "
+                             f"name the policy's model as the reader")
+        model.load_state_dict(dict(state), strict=True)
+        self.reader.clear_cache()
 
     def check_policy(self, tokenizer: Any) -> None:
         """The reader scores the policy's own token ids: it must share the policy's vocabulary."""
@@ -81,7 +133,7 @@ class GearGT(Estimator):
 
     @torch.no_grad()
     def token_signals(self, traj: Trajectory, task: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(KL(teacher ‖ student), student entropy) at each policy token of the trajectory."""
+        """(KL(teacher ‖ student) clamped at 0, student entropy) at each policy token of the trajectory."""
         model = self.reader.model
         dev = next(model.parameters()).device
         ids = traj.token_ids()
@@ -95,7 +147,7 @@ class GearGT(Estimator):
 
         student = logprobs(ids, 0)
         teacher = logprobs(hint + ids, len(hint))
-        kl = (teacher.exp() * (teacher - student)).sum(-1)
+        kl = (teacher.exp() * (teacher - student)).sum(-1).clamp_min(0)
         ent = -(student.exp() * student).sum(-1)
         return kl.cpu().numpy(), ent.cpu().numpy()
 
@@ -108,9 +160,8 @@ class GearGT(Estimator):
                 continue
             div, ent = self.token_signals(traj, tasks[traj.task_id])
             ends = np.cumsum([len(t.action_ids) for t in traj.turns])[:-1].tolist()
-            w = segment_weights(div, ent, ends, self.kappa, self.tau, self.alpha)
-            in_segment.append(float(np.mean(w > w.min())) if w.max() > w.min() else 0.0)
-            out.append(a * w)
+            in_segment.append(float(np.mean(segment_starts(div, ent, ends, self.kappa, self.tau) >= 0)))
+            out.append(a * segment_weights(div, ent, ends, self.kappa, self.tau, self.alpha))
         return Advantages(out, {"gear_gt/segment_fraction": in_segment})
 
 
@@ -130,7 +181,8 @@ class GearMix(Estimator):
                  distill_coef: float = 0.1, eps: float = 1e-6):
         bad = [g for g in granularities if g not in GRANULARITIES]
         if bad or not granularities:
-            raise ValueError(f"gear_mix granularities must be among {', '.join(GRANULARITIES)}; got {list(granularities)}")
+            raise ValueError(f"gear_mix granularities must be among {', '.join(GRANULARITIES)}; "
+                             f"got {list(granularities)}")
         self.granularities, self.eps = list(granularities), eps
         self.outcome = GroupOutcome("grpo", eps)
         if "info_gain" in self.granularities:

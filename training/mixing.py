@@ -15,7 +15,8 @@ trust-region-like damping of the update where it is least stable), and the entro
 from collapsing onto one granularity. Both depend on A only through |A|: they have no preferred sign, and
 with zero-mean granularities the mixed advantage stays zero-mean. The head has its own AdamW
 (`mixer_lr`). The teacher is an exponential moving average of the policy (θ_T ← d·θ_T + (1−d)·θ after
-every optimizer step)."""
+every optimizer step): a plain model of the base architecture (no LoRA layers) whose parameters carry the
+names of `full_state_dict`'s keys, so θ for a LoRA policy is its merged weights W + ΔW."""
 
 from __future__ import annotations
 
@@ -45,9 +46,8 @@ class Mixing:
         self.head = torch.nn.Linear(hidden_size, cfg.granularities, bias=False).to(dev)
         torch.nn.init.zeros_(self.head.weight)
         self.opt = torch.optim.AdamW(self.head.parameters(), lr=cfg.mixer_lr)
-        base = module.get_base_model() if hasattr(module, "get_base_model") else module
-        self.teacher = copy.deepcopy(base).eval().requires_grad_(False)
-        self.teacher.load_state_dict(full_state_dict(module), strict=False)
+        self.teacher = plain_copy(module).eval().requires_grad_(False)
+        self.teacher.load_state_dict(full_state_dict(module), strict=True)  # a name the state lacks raises
         self.teacher_forward = ScoredForward(self.teacher, self.teacher, temperature, packed=packing)
 
     def weights(self, hidden: torch.Tensor, k: int) -> torch.Tensor:
@@ -91,8 +91,22 @@ class Mixing:
         self.opt.step()
         self.opt.zero_grad()
         state = full_state_dict(module)
+        params = dict(self.teacher.named_parameters())  # tied weights appear once here
+        missing = sorted(set(params) - set(state))
+        if missing:  # the EMA would silently leave these at their start
+            raise KeyError(f"the policy's weights lack {len(missing)} of the EMA teacher's parameters, e.g. "
+                           f"{missing[:3]}")
         d = self.cfg.ema_decay
         with torch.no_grad():
-            for name, p in self.teacher.named_parameters():  # tied weights appear once here
-                if name in state:
-                    p.mul_(d).add_(state[name].to(p.dtype), alpha=1 - d)
+            for name, p in params.items():
+                p.mul_(d).add_(state[name].to(p.dtype), alpha=1 - d)
+
+
+def plain_copy(module: torch.nn.Module) -> torch.nn.Module:
+    """A copy of the policy without LoRA layers: for a peft model its base architecture with the adapters merged
+    in (parameter names as `full_state_dict`'s keys), otherwise a deep copy. The policy is left as it is."""
+    from peft import PeftModel
+
+    if isinstance(module, PeftModel):
+        return copy.deepcopy(module).merge_and_unload()
+    return copy.deepcopy(module)
