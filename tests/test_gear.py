@@ -321,3 +321,20 @@ def test_gear_gt_refuses_a_policy_with_another_tokenizer(tiny_model_dir):
     est.check_policy(AutoTokenizer.from_pretrained(tiny_model_dir))  # SmolLM2's tokenizer: accepted
     with pytest.raises(ValueError, match="tokenizers differ"):
         est.check_policy(AutoTokenizer.from_pretrained(str(minilm_dir())))
+
+
+def test_gear_mix_teacher_under_zero3_holds_the_full_weights(tiny_model_dir):
+    """ZeRO-3 partitions the policy's parameters: the teacher is built from the config and loaded with the
+    gathered weights, so it holds the whole model (a copy of the partitioned module would hold none)."""
+    import torch
+    from train_helpers import seeded_engine
+
+    from sleuth.rewards.base import MixingSpec
+    from sleuth.training.engine import full_state_dict
+    from sleuth.training.mixing import Mixing
+
+    engine = seeded_engine(tiny_model_dir, zero_stage=3, lr=1e-3, dtype="fp32")
+    mix = Mixing(MixingSpec(granularities=2), engine.module, engine.module.config.hidden_size)
+    merged = full_state_dict(engine.module)
+    teacher = dict(mix.teacher.named_parameters())
+    assert teacher and all(p.numel() > 0 and torch.equal(p, merged[n]) for n, p in teacher.items())

@@ -20,7 +20,6 @@ names of `full_state_dict`'s keys, so θ for a LoRA policy is its merged weights
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import torch
@@ -46,8 +45,9 @@ class Mixing:
         self.head = torch.nn.Linear(hidden_size, cfg.granularities, bias=False).to(dev)
         torch.nn.init.zeros_(self.head.weight)
         self.opt = torch.optim.AdamW(self.head.parameters(), lr=cfg.mixer_lr)
-        self.teacher = plain_copy(module).eval().requires_grad_(False)
-        self.teacher.load_state_dict(full_state_dict(module), strict=True)  # a name the state lacks raises
+        state = full_state_dict(module)
+        self.teacher = plain_copy(module, state).eval().requires_grad_(False)
+        self.teacher.load_state_dict(state, strict=True)  # a name the state lacks raises
         self.teacher_forward = ScoredForward(self.teacher, self.teacher, temperature, packed=packing)
 
     def weights(self, hidden: torch.Tensor, k: int) -> torch.Tensor:
@@ -102,11 +102,14 @@ class Mixing:
                 p.mul_(d).add_(state[name].to(p.dtype), alpha=1 - d)
 
 
-def plain_copy(module: torch.nn.Module) -> torch.nn.Module:
-    """A copy of the policy without LoRA layers: for a peft model its base architecture with the adapters merged
-    in (parameter names as `full_state_dict`'s keys), otherwise a deep copy. The policy is left as it is."""
+def plain_copy(module: torch.nn.Module, state: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """A fresh model of the policy's base architecture, without LoRA layers (parameter names as
+    `full_state_dict`'s keys), to be loaded with the policy's merged weights. Built from the config rather
+    than copied: under ZeRO-3 the policy's own parameters are partitions, and a copy would hold none. `state`
+    (`full_state_dict` of the policy) sets its dtype and device."""
     from peft import PeftModel
+    from transformers import AutoModelForCausalLM
 
-    if isinstance(module, PeftModel):
-        return copy.deepcopy(module).merge_and_unload()
-    return copy.deepcopy(module)
+    base = module.get_base_model() if isinstance(module, PeftModel) else module
+    first = next(iter(state.values()))
+    return AutoModelForCausalLM.from_config(base.config).to(device=first.device, dtype=first.dtype)
