@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +102,7 @@ def _eval_runs(args: argparse.Namespace, tasks: list, env_args: dict[str, Any], 
     import sleuth
     from sleuth.agents.agent_runner import agent_identity
     from sleuth.agents.evaluate import evaluate, evaluate_agent, load_trajectories, policy_identity
-    from sleuth.agents.policy import SamplingParams, load_policy
+    from sleuth.agents.policy import SamplingParams
     from sleuth.agents.report import write_comparison
 
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
@@ -112,15 +114,17 @@ def _eval_runs(args: argparse.Namespace, tasks: list, env_args: dict[str, Any], 
     failures: list[str] = []
     lock = RunDirLock(out)
     owned = False
+    stack = contextlib.ExitStack()  # what the loaded policies hold (Ray workers), released at the end
     try:
         for spec in policies:
             try:
-                policy = load_policy(spec, seed=args.seed)
+                policy, release = _load_policy(spec, args)
             except Exception as e:  # a missing path, an unreachable hub id, a directory without weights
                 return _fail(f"cannot load policy {spec!r}: {type(e).__name__}: {one_line(str(e))}")
             if not owned:
                 lock.acquire()
                 owned = True
+            stack.callback(release)
             for harness in harnesses:
                 run = f"{names[spec]}-{harness}" if harness else names[spec]
                 identity = {"policy": policy_identity(spec), "tasks": args.tasks, "limit": args.limit,
@@ -165,11 +169,33 @@ def _eval_runs(args: argparse.Namespace, tasks: list, env_args: dict[str, Any], 
             print(json.dumps(summaries[0], indent=2))
             print(f"report: {out / 'report.md'}")
     finally:
+        stack.close()
         if owned:
             lock.release()
     if failures:  # the means above are over the episodes that ran; the failed ones are no answer
         return _fail(f"{'; '.join(failures)}; they are not scored: run the same command again to retry them")
     return 0
+
+
+def _load_policy(spec: str, args: argparse.Namespace) -> tuple[Any, Callable[[], None]]:
+    """The policy named `spec` and what releases it: with `--cluster ray` a model runs in
+    `--rollout-workers` Ray actors (restarted when they die, their requests re-sent); scripted baselines
+    always run here."""
+    from sleuth.agents.policy import SCRIPTED_POLICIES, load_policy
+
+    if args.cluster != "ray" or spec in SCRIPTED_POLICIES:
+        return load_policy(spec, seed=args.seed), lambda: None
+    import torch
+
+    from sleuth.agents.models import resolve_model
+    from sleuth.training.cluster import ClusterConfig
+    from sleuth.training.ray_rollout import WorkerPool
+
+    cluster = ClusterConfig(backend="ray", address=args.ray_address, rollout_workers=args.rollout_workers,
+                            worker_gpus=args.worker_gpus)
+    pool = WorkerPool(cluster, str(resolve_model(spec)), torch.bfloat16 if args.worker_gpus else torch.float32,
+                      max_batch=args.concurrency)
+    return pool.policy, pool.close
 
 
 def _run_names(specs: list[str]) -> dict[str, str]:
@@ -233,6 +259,12 @@ def add_eval_parser(sub: Any) -> None:
                    help="threads stepping envs in parallel (use with Code-v0 sandboxes or Remote-v0 servers)")
     e.add_argument("--samples", type=bounded(int, 1), default=1,
                    help="episodes per task; pass@k is reported (needs --temperature > 0)")
+    e.add_argument("--cluster", choices=("local", "ray"), default="local",
+                   help="ray: run each model policy in --rollout-workers Ray actors (restarted when they die)")
+    e.add_argument("--ray-address", default=None,
+                   help="with --cluster ray: 'auto', ray://host:port, or none to start a local Ray")
+    e.add_argument("--rollout-workers", type=bounded(int, 1), default=2, help="with --cluster ray: actors per policy")
+    e.add_argument("--worker-gpus", type=bounded(float, 0), default=0.0, help="with --cluster ray: GPUs per worker")
     e.add_argument("--dedupe", action="store_true",
                    help="keep the first task of each repeated task id (default: refuse a task file with repeated ids)")
     e.set_defaults(fn=cmd_eval, on_interrupt="interrupted: what finished is kept; run the same command again to resume")

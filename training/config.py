@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from sleuth.training.cluster import ClusterConfig
 from sleuth.training.engine import EngineConfig
 from sleuth.training.losses import LossConfig
 from sleuth.training.metrics import WandbConfig
@@ -200,8 +201,12 @@ class TrainConfig:
     tensorboard: bool = True
     wandb: WandbConfig = field(default_factory=WandbConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)  # agent.entrypoint or agent.command: an agent, not `env`
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)  # local, or rollout workers as Ray actors
 
     def __post_init__(self) -> None:
+        if self.cluster.backend == "ray" and self.rollout.engine != "transformers":
+            raise ValueError("cluster.backend: ray runs transformers rollout workers; rollout.engine vllm starts its "
+                             "own servers (rollout.vllm_servers): use one or the other")
         if self.agent.enabled:
             if self.algorithm.estimator not in OUTCOME_ESTIMATORS:
                 raise ValueError(f"an agent run has no env events for algorithm.estimator "

@@ -90,6 +90,12 @@ def make_rollout(cfg: Any, model_path: str, dtype: torch.dtype, probe_ids: list[
         from sleuth.training.vllm_rollout import VLLMRollout
 
         return VLLMRollout(cfg, model_path, probe_ids)
+    if cfg.cluster.backend == "ray":
+        import torch.distributed as dist
+
+        from sleuth.training.ray_rollout import RayRollout
+
+        return RayRollout(cfg, model_path, dtype, probe_ids, dist.get_world_size() if dist.is_initialized() else 1)
     return TransformersRollout(model_path, str(device()), dtype, probe_ids, cfg.update.sync_tolerance,
                                max_batch=cfg.rollout.concurrency, kv_keep_mb=cfg.rollout.kv_keep_mb,
                                share_prefill=cfg.rollout.share_prefill)

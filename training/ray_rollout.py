@@ -1,0 +1,276 @@
+"""Rollout workers as Ray actors (`cluster.backend: ray`): `cluster.rollout_workers` `RolloutWorker`s, each a
+transformers engine in its own process and placement-group bundle, behind the router the vLLM servers use
+(`RoutedPolicy`: a task sticks to one worker, so its episodes reuse that worker's KV cache).
+
+Weight sync: the trainer's full weights go into Ray's object store once per update (`ray.put`, shared memory
+on the node), every worker loads them and answers with its logits on the probe prompt, which must match the
+trainer's within `update.sync_tolerance` (`WeightSyncError` names the worker otherwise, and a worker that
+does not answer within `rollout.sync_timeout_s`).
+
+A worker whose process dies (killed, out of memory, node lost) is restarted by Ray in its bundle, at most
+`cluster.max_restarts` times. The request that found it dead waits for the restart, the worker is loaded
+with the current weights and verified, and the request is sent again: a generation is a pure function of
+its prompt and the weights, so re-issuing it is exact. Restarts are counted (`cluster/restarts`). A worker
+out of restarts is dead for the run; its requests go to the others, and when none is left the episodes
+fail as an engine failure (never scored, their groups leave the update)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import torch
+
+from sleuth.agents.openai_http import ServerUnreachable
+from sleuth.agents.policy import Generation, Request, SamplingParams
+from sleuth.agents.routing import RoutedPolicy
+from sleuth.training.cluster import ClusterConfig, ClusterError, connect, placement
+from sleuth.training.engine import full_state_dict
+from sleuth.training.rollout import WeightSyncError, probe_logits
+
+RESTART_POLL_S = 0.25  # how often a call waits on a worker Ray is restarting
+
+
+class StaleWeights(RuntimeError):
+    """A worker asked to generate with weights it does not hold (a restarted worker starts from the model on
+    disk): the caller loads the current ones first."""
+
+
+class RolloutWorker:
+    """A transformers engine in a Ray actor process (the process title is `ray::RolloutWorker`). It serves
+    `generate` only with the weights the driver names (`weights_id`), so a restarted worker never answers
+    with the model it was started from."""
+
+    def __init__(self, model_path: str, dtype: str, threads: int, device: str, max_batch: int, kv_keep_mb: int,
+                 share_prefill: bool):
+        from sleuth.agents.hf import TransformersPolicy
+
+        torch.set_num_threads(max(1, threads))
+        self.policy = TransformersPolicy(model_path, device=device, dtype=getattr(torch, dtype), max_batch=max_batch,
+                                         kv_keep_mb=kv_keep_mb, share_prefill=share_prefill)
+        self.weights_id = 0  # the model on disk
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def load_weights(self, state: dict[str, torch.Tensor] | None, weights_id: int,
+                     probe_ids: list[int]) -> tuple[int, torch.Tensor | None]:
+        """Load the trainer's full weights (None: keep the model on disk); answer with this process's pid and
+        the probe prompt's logits."""
+        if state is None:
+            return os.getpid(), None
+        missing, unexpected = self.policy.model.load_state_dict(state, strict=False)
+        if unexpected or [k for k in missing if "lm_head" not in k]:  # lm_head may be tied to the embeddings
+            raise WeightSyncError(f"weights do not fit the rollout model: missing {missing[:5]}, "
+                                  f"unexpected {unexpected[:5]}")
+        self.weights_id = weights_id
+        self.policy.version += 1  # a new key for the KV states it keeps: those of the old weights are stale
+        return os.getpid(), probe_logits(self.policy.model, probe_ids)
+
+    def generate(self, requests: list[Request], sampling: SamplingParams, weights_id: int) -> list[Generation]:
+        if weights_id != self.weights_id:
+            raise StaleWeights(f"asked for weights {weights_id}, holding {self.weights_id}")
+        return self.policy.generate(requests, sampling)
+
+
+class WorkerHandle:
+    """One worker as the router sees a server (`ServerPolicy`): a dead worker is waited for (Ray restarts it),
+    loaded with the current weights and verified, and the call is sent again; once it is out of restarts,
+    `ServerUnreachable` sends its requests to the other workers."""
+
+    def __init__(self, owner: WorkerPool, index: int, actor: Any, pid: int = 0):
+        self.owner, self.index, self.actor, self.pid = owner, index, actor, pid
+        self.name = f"rollout-worker-{index}"
+        self.tokenizer, self.max_context = owner.tokenizer, owner.max_context
+        self.parallel_calls, self.version = 1, 0
+        self.restarts, self.epoch, self.dead = 0, 0, False
+        self.lock = threading.Lock()
+
+    def generate(self, requests: list[Request], sampling: SamplingParams) -> list[Generation]:
+        from ray.exceptions import RayActorError
+
+        for _ in range(self.owner.cluster.max_restarts + 3):
+            if self.dead:
+                break
+            epoch = self.epoch
+            try:
+                return self.owner.ray.get(self.actor.generate.remote(requests, sampling, self.owner.weights_id))
+            except (RayActorError, StaleWeights):
+                self.recover(epoch)
+        self.dead = True
+        raise ServerUnreachable(f"{self.name} is dead (out of its {self.owner.cluster.max_restarts} restarts)")
+
+    def recover(self, epoch: int) -> None:
+        """Load the current weights (waiting while Ray restarts the process) and verify them. `epoch` is the
+        recovery count the caller saw, so concurrent callers recover once. A new call that finds the actor
+        died for good (Ray's `ActorDiedError`: out of restarts) marks it dead."""
+        from ray.exceptions import ActorDiedError, ActorUnavailableError
+
+        with self.lock:
+            if self.dead or self.epoch != epoch:
+                return
+            deadline = time.monotonic() + self.owner.timeout_s
+            while True:
+                try:
+                    self.loaded(*self.owner.load(self))
+                    break
+                except ActorDiedError:
+                    self.dead = True
+                    return
+                except ActorUnavailableError:  # restarting: its process is not up yet
+                    if time.monotonic() > deadline:
+                        raise WeightSyncError(f"{self.name} did not come back within {self.owner.timeout_s:.0f} s "
+                                              "(rollout.sync_timeout_s)") from None
+                    time.sleep(RESTART_POLL_S)
+            self.epoch += 1
+
+    def loaded(self, pid: int, logits: torch.Tensor | None) -> float:
+        """A load's answer: a new pid is a restart (counted), and the logits must match the trainer's."""
+        if pid != self.pid:
+            self.pid = pid
+            self.restarts += 1
+            self.owner.count_restart()
+        return self.owner.verify(self, logits)
+
+    def close(self) -> None:
+        pass
+
+
+class WorkerPool:
+    """`cluster.rollout_workers` RolloutWorkers in one placement group, behind a `RoutedPolicy` (`policy`).
+    Without a sync they serve the model on disk (weights 0); `RayRollout` moves them on with the trainer's."""
+
+    def __init__(self, cluster: ClusterConfig, model_path: str, dtype: torch.dtype, max_batch: int = 16,
+                 kv_keep_mb: int = 1024, share_prefill: bool = True, timeout_s: float = 600.0,
+                 tolerance: float = 1e-3, probe_ids: list[int] | None = None, start_timeout_s: float = 600.0):
+        from transformers import AutoTokenizer
+
+        self.cluster, self.timeout_s, self.tolerance, self.probe_ids = cluster, timeout_s, tolerance, probe_ids or []
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.max_context: int | None = None
+        self.ray, self.started = connect(cluster)
+        self.group: Any = None
+        self.restarts = 0
+        self.weights_id = 0  # which weights the workers must hold to generate: 0 is the model on disk
+        self.state_ref: Any = None  # the current weights in the object store (None: the model on disk)
+        self.expected: torch.Tensor | None = None  # the trainer's probe logits for them
+        self._lock = threading.Lock()
+        self.handles: list[WorkerHandle] = []
+        try:
+            self.group = placement(self.ray, cluster)
+            worker = (model_path, str(dtype).removeprefix("torch."), max(1, int(cluster.worker_cpus)),
+                      "cuda" if cluster.worker_gpus > 0 else "cpu", max_batch, kv_keep_mb, share_prefill)
+            self.handles = [WorkerHandle(self, i, self._actor(i, worker)) for i in range(cluster.rollout_workers)]
+            for h, pid in zip(self.handles, self._started(start_timeout_s), strict=True):
+                h.pid = pid
+        except BaseException:
+            self.close()
+            raise
+        self.policy = RoutedPolicy(self.handles, name=f"ray:{model_path}")
+
+    def _actor(self, index: int, args: tuple[Any, ...]) -> Any:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        c = self.cluster
+        return self.ray.remote(RolloutWorker).options(
+            num_cpus=c.worker_cpus, num_gpus=c.worker_gpus, max_restarts=c.max_restarts, max_task_retries=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index),
+        ).remote(*args)
+
+    def _started(self, timeout_s: float) -> list[int]:
+        """Every worker's pid once it has loaded the model; ClusterError with the first failure otherwise."""
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        try:
+            return self.ray.get([h.actor.pid.remote() for h in self.handles], timeout=timeout_s)
+        except GetTimeoutError:
+            raise ClusterError(f"the rollout workers did not start within {timeout_s:.0f} s") from None
+        except RayActorError as e:
+            cause = str(e).strip().splitlines()
+            raise ClusterError(f"a rollout worker failed to start: {cause[-1] if cause else e}") from None
+
+    def count_restart(self) -> None:
+        with self._lock:
+            self.restarts += 1
+
+    def load(self, handle: WorkerHandle) -> tuple[int, torch.Tensor | None]:
+        """The current weights into one worker (after a restart); its pid and probe logits back."""
+        from ray.exceptions import GetTimeoutError
+
+        ref = handle.actor.load_weights.remote(self.state_ref, self.weights_id, self.probe_ids)
+        try:
+            return self.ray.get(ref, timeout=self.timeout_s)
+        except GetTimeoutError:
+            raise WeightSyncError(f"{handle.name} did not load the weights within {self.timeout_s:.0f} s "
+                                  "(rollout.sync_timeout_s)") from None
+
+    def verify(self, handle: WorkerHandle, logits: torch.Tensor | None) -> float:
+        if self.expected is None or logits is None:  # the model on disk: nothing of the trainer's to match
+            return 0.0
+        diff = float((self.expected - logits).abs().max())
+        if not diff <= self.tolerance:
+            raise WeightSyncError(f"after sync {handle.name}'s probe logits differ from the trainer's by {diff:.3g} "
+                                  f"(> {self.tolerance}): it is not running the new weights")
+        return diff
+
+    def live(self) -> int:
+        return sum(not h.dead for h in self.handles)
+
+    def close(self) -> None:
+        if not getattr(self, "ray", None):
+            return
+        for h in self.handles:
+            self.ray.kill(h.actor, no_restart=True)
+        if self.group is not None:
+            self.ray.util.remove_placement_group(self.group)
+        if self.started:
+            self.ray.shutdown()
+
+
+class RayRollout:
+    """The `RolloutEngine` of `cluster.backend: ray`: a `WorkerPool` and the verified weight sync."""
+
+    def __init__(self, cfg: Any, model_path: str, dtype: torch.dtype, probe_ids: list[int], world: int = 1):
+        cluster: ClusterConfig = cfg.cluster
+        if world > 1 and cluster.address is None:
+            raise ClusterError("several training ranks share one Ray cluster: start it (`ray start --head`) and set "
+                               "cluster.address: auto")
+        rc = cfg.rollout
+        self.pool = WorkerPool(cluster, model_path, dtype, rc.concurrency, rc.kv_keep_mb, rc.share_prefill,
+                               rc.sync_timeout_s, cfg.update.sync_tolerance, probe_ids)
+        self.policy = self.pool.policy
+
+    def sync(self, module: torch.nn.Module) -> dict[str, float]:
+        """The trainer's weights to every live worker, verified; a worker that died since the last call is
+        found here too (its pid changed, or it dies during the load) and counted."""
+        from ray.exceptions import RayActorError
+
+        pool = self.pool
+        pool.expected = probe_logits(module, pool.probe_ids)
+        pool.state_ref = pool.ray.put(full_state_dict(module))
+        pool.weights_id += 1
+        live = [h for h in pool.handles if not h.dead]
+        if not live:
+            raise WeightSyncError(f"every rollout worker is dead (each out of its {pool.cluster.max_restarts} "
+                                  "restarts)")
+        refs = {h.actor.load_weights.remote(pool.state_ref, pool.weights_id, pool.probe_ids): h for h in live}
+        ready, waiting = pool.ray.wait(list(refs), num_returns=len(refs), timeout=pool.timeout_s)
+        if waiting:
+            names = ", ".join(refs[r].name for r in waiting)
+            raise WeightSyncError(f"weight sync timed out after {pool.timeout_s:.0f} s waiting for {names} "
+                                  "(rollout.sync_timeout_s)")
+        self.policy.version += 1
+        diffs = []
+        for ref in ready:
+            handle = refs[ref]
+            try:
+                diffs.append(handle.loaded(*pool.ray.get(ref)))
+            except RayActorError:  # died during the sync: its next call waits for the restart and loads then
+                pass
+        return {"sync/max_logit_diff": max(diffs, default=0.0), "cluster/restarts": float(pool.restarts),
+                "cluster/live_workers": float(pool.live())}
+
+    def close(self) -> None:
+        self.pool.close()
