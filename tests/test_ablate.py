@@ -1,0 +1,130 @@
+"""The ablation harness (bench/ablate.py) without training: its arm sets, what it changes on an env whose turns
+carry no read events, and the report it writes from per-question values."""
+
+import argparse
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture(scope="module")
+def ablate():
+    sys.path.insert(0, str(BENCH))  # the script's own imports (common, ablate_report) are siblings
+    try:
+        yield importlib.import_module("ablate")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_the_issue_set_is_the_default_and_starts_with_grpo(ablate):
+    assert ablate.SETUPS["docread"].arms == "issue" and ablate.SETUPS["search"].arms == "search"
+    assert ablate.ARMS["issue"] == ["grpo", "info_gain/support", "info_gain/gold_prob@reader", "cw_grpo",
+                                    "cw_grpo_adv", "gear_mix"]
+    assert ablate.ARMS["search"] == ["grpo", "cw_grpo", "info_gain/support"]
+    assert ablate.ARMS["all"] == list(ablate.VARIANTS)
+
+
+def test_the_reader_arm_is_gold_prob_reading_with_the_given_reader(ablate):
+    args = argparse.Namespace(reader="runs/main/lexical-sft/hf", smoke=False, reads=True, start="warm")
+    sets = ablate.arm_overrides("info_gain/gold_prob@reader", args)[1::2]
+    assert sets == ["algorithm.estimator_args={}", "algorithm.estimator=info_gain",
+                    "algorithm.estimator_args={variant: gold_prob}",
+                    "algorithm.estimator_args.reader=runs/main/lexical-sft/hf"]  # the reader is set last
+
+
+def test_search_turns_carry_no_read_events(ablate):
+    """Search's `open` records `info["open"]`, not a read event: the arms that read `Turn.read` go, and
+    cw_grpo judges with its LLM judge. A Search that reports reads makes this fail: update the ablation's docs."""
+    assert ablate.reports_reads("sleuth/DocRead-v0")
+    assert not ablate.reports_reads("sleuth/Search-v0")
+    names, notes = ablate.fit_to_env(ablate.ARMS["search"], reads=False)
+    assert names == ["grpo", "cw_grpo"]
+    assert "Left out: info_gain/support" in notes[0] and "LLM judge" in notes[1]
+    assert ablate.fit_to_env(ablate.ARMS["issue"], reads=True) == (ablate.ARMS["issue"], [])
+    args = argparse.Namespace(reader="r", smoke=False, reads=False, start="warm")
+    assert "algorithm.estimator_args.judge=llm" in ablate.arm_overrides("cw_grpo", args)
+    args.reads = True
+    assert "algorithm.estimator_args.judge=llm" not in ablate.arm_overrides("cw_grpo", args)
+
+
+def fake_row(name: str, f1: float) -> dict:
+    questions = {f"q{i}": {"em": 0.0, "f1": f1 + 0.01 * i, "support_recall": 0.5, "tool_error_share": 0.0,
+                           "answered": 1.0} for i in range(3)}
+    return {"variant": name, "questions": {"dev": questions, "test": questions},
+            "cost": {"rollout": 10.0, "reward": 1.0, "update": 20.0}, "reward_curve": [0.1, 0.2],
+            "support_curve": [0.3, 0.4]}
+
+
+def test_the_report_has_one_table_per_held_out_set(ablate, tmp_path):
+    from ablate_report import HeldOut
+
+    sets = [HeldOut("dev", "hotpotqa:dev", 3), HeldOut("test", "hotpotqa:test", 3)]
+    rows = [fake_row("grpo", 0.2), fake_row("info_gain/support", 0.3)]
+    warm = {"dev": fake_row("warm", 0.1)["questions"]["dev"], "test": fake_row("warm", 0.1)["questions"]["test"]}
+    args = argparse.Namespace(smoke=False, setup=ablate.SETUPS["docread"], steps=60, episodes=480, sets=sets,
+                              names=["grpo", "info_gain/support", "info_gain/gold_prob@reader"], start="warm/hf",
+                              reader="warm/hf", set=[], notes=["A note."])
+    body = ablate.write(tmp_path, "Estimator ablation", ablate.header(args, tmp_path), rows, warm, sets)
+    text = (tmp_path / "ablation.md").read_text()
+    assert text.startswith("# Estimator ablation\n") and body in text and (tmp_path / "curves.png").exists()
+    assert "480 training episodes each (60 steps)" in body and body.split("\n")[0].endswith("A note.")
+    assert "reads with `warm/hf`, the warm start (runs/main/lexical-sft/hf" in body  # no lexical-SFT model here
+    dev, test = body.split("## dev: the first 3 questions of `hotpotqa:dev`")[1].split(
+        "## test: the first 3 questions of `hotpotqa:test`")
+    for table in (dev, test):
+        lines = [line for line in table.splitlines() if line.startswith("| ")]
+        assert [line.split(" | ")[0] for line in lines] == ["| estimator", "| warm start (no RL)", "| grpo",
+                                                           "| info_gain/support"]
+        assert "vs grpo" not in lines[2] and "vs warm +0.100" in lines[2]  # F1 0.2 against the warm start's 0.1
+        assert "vs grpo +0.100" in lines[3] and lines[3].endswith("| 31 (10 + 1.0 + 20) |")
+
+
+def smoke(out: Path, *args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, str(BENCH / "ablate.py"), "--smoke", "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+def test_docread_smoke_trains_the_reader_arm_and_evaluates_both_held_out_sets(tmp_path):
+    """End to end on a tiny random model (about a minute on 2 cores): the warm start and the arm on dev and
+    test, the reader arm reading with the given model, one table per set; `--report` rebuilds it alone."""
+    out, arm = tmp_path / "ablate", "info_gain/gold_prob@reader"
+    smoke(out, "--only", arm)
+    run = out / "info_gain-gold_prob@reader"
+    for held in ("dev", "test"):
+        assert (out / "warm-start" / f"eval-{held}" / "summary.json").exists()
+        assert (run / f"eval-{held}" / "summary.json").exists()
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["algorithm"]["estimator_args"] == {**config["algorithm"]["estimator_args"], "variant": "gold_prob",
+                                                     "reader": str(out / "tiny")}
+    assert config["eval"]["tasks"] == "hotpotqa:dev"  # the trainer's leakage check covers dev
+    assert not (run / "checkpoints").exists()  # evaluated: only the HF export stays
+    body = (out / "ablation.md").read_text()
+    assert "## dev: the first 2 questions of `hotpotqa:dev`" in body and f"| {arm} |" in body.split("## test")[1]
+    (out / "ablation.md").unlink()
+    smoke(out, "--only", arm, "--report")
+    assert (out / "ablation.md").read_text() == body
+
+
+def test_search_smoke_builds_its_warm_start_and_judges_cw_grpo_by_llm(tmp_path):
+    """End to end on Search (about 1.5 min on 2 cores): the warm start is SFT on Search oracle demonstrations
+    with dev held out; info_gain is left out with its reason; cw_grpo trains with the LLM judge."""
+    out = tmp_path / "ablate-search"
+    proc = smoke(out, "--env", "search", "--only", "cw_grpo,info_gain/support")
+    assert "Left out: info_gain/support" in proc.stderr
+    warm = yaml.safe_load((out / "warm" / "config.yaml").read_text())["data"]
+    assert (warm["env"], warm["demonstrator"], warm["held_out"]) == ("Search-v0", "oracle", ["hotpotqa:dev"])
+    config = yaml.safe_load((out / "cw_grpo" / "config.yaml").read_text())
+    assert config["env"] == "Search-v0" and config["model"] == str(out / "warm" / "hf")
+    assert config["algorithm"]["estimator_args"]["judge"] == "llm"
+    body = (out / "ablation.md").read_text()
+    assert body.startswith("# Estimator ablation on Search") and "Left out: info_gain/support" in body
+    assert "| cw_grpo |" in body.split("## test: the first 2 questions of `hotpotqa:test`")[1]
+    assert not (out / "info_gain-support").exists()
