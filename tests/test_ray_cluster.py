@@ -137,3 +137,32 @@ def test_eval_on_ray_gives_the_local_results(tiny_model_dir, tmp_path):
     for task_id, t in runs["local"].items():
         assert runs["ray"][task_id].token_ids() == t.token_ids()
     assert not _workers()
+
+
+def test_a_hung_worker_fails_the_sync_naming_it(tiny_model_dir):
+    """A worker that stops answering (SIGSTOP: alive, not dead, so Ray does not restart it) makes the weight
+    sync fail after `rollout.sync_timeout_s` with `WeightSyncError` naming that worker — not hang."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from sleuth.agents.chat import ChatRenderer
+    from sleuth.training.ray_rollout import RayRollout
+    from sleuth.training.rollout import WeightSyncError
+    from sleuth.training.trainer import PROBE
+
+    cfg = load_config(overrides={"cluster.backend": "ray", "cluster.rollout_workers": 2,
+                                 "rollout.sync_timeout_s": 5.0})
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    probe = ChatRenderer(AutoTokenizer.from_pretrained(tiny_model_dir)).prompt_ids(PROBE)
+    rollout = RayRollout(cfg, tiny_model_dir, torch.float32, probe)
+    hung = rollout.pool.handles[1]
+    try:
+        os.kill(hung.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        with pytest.raises(WeightSyncError, match="rollout-worker-1"):
+            rollout.sync(model)
+        assert time.monotonic() - t0 < 30
+    finally:
+        os.kill(hung.pid, signal.SIGCONT)
+        rollout.close()
+
