@@ -166,3 +166,28 @@ def test_a_hung_worker_fails_the_sync_naming_it(tiny_model_dir):
         os.kill(hung.pid, signal.SIGCONT)
         rollout.close()
 
+
+
+def test_a_killed_trainer_resumes_on_ray(tiny_model_dir, tmp_path):
+    """SIGKILL the training process (the Ray driver) after its first checkpoint: its workers and the local
+    Ray it started go with it, and `--resume` continues from the last complete checkpoint to the end."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "sleuth.cli", *_args(tiny_model_dir, out, 3)]
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not (out / "checkpoints" / "latest").exists():
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before its first checkpoint"
+    proc.kill()
+    proc.wait()
+    gone = time.time() + 30
+    while _workers() and time.time() < gone:
+        time.sleep(0.5)
+    assert not _workers()
+    done = subprocess.run([*cmd, "--resume"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resumed" in done.stdout + done.stderr
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 3 and sorted(set(steps)) == [1, 2, 3]
