@@ -16,8 +16,7 @@ Arms, grpo first (the matched outcome-only baseline every other arm is compared 
 An env whose turns carry no read events (`Turn.read`; one scripted-oracle episode is checked) gets no arm
 whose step reward comes from them (info_gain, cw_grpo_adv, gear_mix: it would be 0 on every turn), and
 cw_grpo there judges with its LLM judge (SmolLM2-135M-Instruct), since its rule judge counts only read
-events; the report says so. Search's `open` records `info["open"]`, not a read event, so on Search the arms
-are grpo and cw_grpo.
+events; the report says so. DocRead's `read` and Search's `open` both report read events: every arm runs on both.
 
 Held out: every trained model and the warm start on the first `--dev-limit` (100) questions of hotpotqa:dev
 and the first `--eval-limit` (48, as `make run`) of hotpotqa:test, greedy, text harness; the trainer refuses
@@ -30,8 +29,8 @@ The issue's budget is 480 episodes (60 steps) per arm; scaled from those figures
 Search episodes hold twice DocRead's tokens, so ~50–60 s per step), on 2 cores:
 - `.venv/bin/python bench/ablate.py --budget 480`: DocRead, 6 arms, ~4.5 h (training ~3.6 h, 7 models
   evaluated ~0.7 h; building the lexical-SFT reader first adds ~35 min);
-- `.venv/bin/python bench/ablate.py --env search --budget 480`: Search, 2 arms, ~2.5 h (training ~1.8 h, 3
-  models evaluated ~0.5 h, the warm start ~6 min).
+- `.venv/bin/python bench/ablate.py --env search --budget 480`: Search, 3 arms, ~3.5 h (training ~2.7 h, 4
+  models evaluated ~0.6 h, the warm start ~6 min).
 On a GPU raise the group size too (`--set rollout.group_size=16`, applied to every arm). `--smoke` runs the
 chosen arms for one step on a randomly initialised tiny model of the same architecture (`<out>/tiny`; on
 Search, its warm start is one SFT step of that model) to check the plumbing: its numbers mean nothing, and it
@@ -140,8 +139,8 @@ def fit_to_env(names: list[str], reads: bool) -> tuple[list[str], list[str]]:
     notes = []
     if dropped:
         notes.append(f"Left out: {', '.join(dropped)}. Their step reward comes from the turns' read events "
-                     "(`Turn.read`), which this env's turns do not carry (Search's `open` records `info['open']`, "
-                     "not a read event), so it would be 0 on every turn and the arm grpo's outcome advantage.")
+                     "(`Turn.read`), which this env's turns do not carry, so it would be 0 on every turn and the "
+                     "arm grpo's outcome advantage.")
     if any(estimator(n) == "cw_grpo" for n in names):
         notes.append("cw_grpo judges each round with its LLM judge (SmolLM2-135M-Instruct, `judge: llm`): its rule "
                      "judge counts a round useful only by a read event, so here it would weight every non-final "

@@ -124,7 +124,10 @@ class SearchEnv(QAEnv):
         event = {"turn": self.turn, "doc": key, "title": doc.title, "gold": doc.title in self.gold,
                  "reopen": any(o["doc"] == key for o in self.opened)}
         self.opened.append(event)
-        self._event = {"open": event}
+        # also a read event (`Turn.read`), as DocRead's `read` reports: what the step-reward estimators
+        # (info_gain, cw_grpo's rule judge) score
+        read = {"turn": self.turn, "doc": key, "title": doc.title, "gold": event["gold"], "reread": event["reopen"]}
+        self._event = {"open": event, "read": read}
         return f"[{doc.id}] {doc.title}\n{doc.text}"
 
     def _gold_in_index(self) -> bool:

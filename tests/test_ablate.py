@@ -38,11 +38,12 @@ def test_the_reader_arm_is_gold_prob_reading_with_the_given_reader(ablate):
                     "algorithm.estimator_args.reader=runs/main/lexical-sft/hf"]  # the reader is set last
 
 
-def test_search_turns_carry_no_read_events(ablate):
-    """Search's `open` records `info["open"]`, not a read event: the arms that read `Turn.read` go, and
-    cw_grpo judges with its LLM judge. A Search that reports reads makes this fail: update the ablation's docs."""
+def test_arms_that_need_read_events_leave_envs_without_them(ablate):
+    """DocRead's `read` and Search's `open` both report read events, so every arm runs on both; on an env
+    that reports none the arms that read `Turn.read` go, and cw_grpo judges with its LLM judge."""
     assert ablate.reports_reads("sleuth/DocRead-v0")
-    assert not ablate.reports_reads("sleuth/Search-v0")
+    assert ablate.reports_reads("sleuth/Search-v0")
+    assert ablate.fit_to_env(ablate.ARMS["search"], reads=True) == (ablate.ARMS["search"], [])
     names, notes = ablate.fit_to_env(ablate.ARMS["search"], reads=False)
     assert names == ["grpo", "cw_grpo"]
     assert "Left out: info_gain/support" in notes[0] and "LLM judge" in notes[1]

@@ -276,3 +276,18 @@ def test_search_env_warns_once_when_the_index_is_of_another_corpus(hotpot_tasks)
         warnings.simplefilter("error")
         right.reset(options={"task": hotpot_tasks[0]})
     assert right.unwrapped.tasks_without_gold_in_index == 0
+
+
+def test_search_opens_are_read_events_the_step_rewards_score(hotpot_tasks):
+    """Search's `open` is recorded as a read (`Turn.read`), so information gain scores Search episodes: the
+    oracle opens both supporting documents, each a new gold read worth 1/|gold| under the `support` gain."""
+    from sleuth.agents.loop import run_episodes
+    from sleuth.agents.policy import load_policy
+    from sleuth.rewards.info_gain import InfoGain
+
+    task = hotpot_tasks[0]
+    (traj,) = run_episodes(lambda: sleuth.make("Search-v0", harness="json"), [task], load_policy("oracle"))
+    reads = [t.read for t in traj.turns if t.read is not None]
+    assert [r.title for r in reads] == task.payload["supporting"] and all(r.gold for r in reads)
+    gains = InfoGain(variant="support").step_rewards([traj], {task.id: task})[0]
+    assert sorted(g for g in gains if g) == [0.5, 0.5]
