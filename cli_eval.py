@@ -262,7 +262,7 @@ def add_eval_parser(sub: Any) -> None:
     e.add_argument("--cluster", choices=("local", "ray"), default="local",
                    help="ray: run each model policy in --rollout-workers Ray actors (restarted when they die)")
     e.add_argument("--ray-address", default=None,
-                   help="with --cluster ray: 'auto', ray://host:port, or none to start a local Ray")
+                   help="with --cluster ray: 'auto' or ray://host:port (left out: start a local Ray)")
     e.add_argument("--rollout-workers", type=bounded(int, 1), default=2, help="with --cluster ray: actors per policy")
     e.add_argument("--worker-gpus", type=bounded(float, 0), default=0.0, help="with --cluster ray: GPUs per worker")
     e.add_argument("--dedupe", action="store_true",

@@ -68,6 +68,7 @@ def _run_training(args: argparse.Namespace, load: Callable[..., Any], trainer_cl
     from sleuth.agents.models import ModelNotFoundError, resolve_model
     from sleuth.agents.openai_http import ServerError
     from sleuth.rundir import RunDirBusyError
+    from sleuth.training.cluster import ClusterError
     from sleuth.training.config import ConfigError, TrainConfig, TrainingError
     from sleuth.training.rollout import WeightSyncError
 
@@ -97,13 +98,14 @@ def _run_training(args: argparse.Namespace, load: Callable[..., Any], trainer_cl
         trainer = trainer_class()(cfg, resume=args.resume)
     except (ConfigError, FileNotFoundError, ValueError) as e:
         return _refused(str(e))
-    except (TrainingError, RunDirBusyError) as e:  # no checkpoint to resume is complete; another run owns --out
+    except (TrainingError, RunDirBusyError, ClusterError) as e:  # no complete checkpoint to resume; another run
+        # owns --out; Ray cannot be reached or place the workers
         return _stopped(e)
     try:
         rows = trainer.train()
     except ConfigError as e:  # found while building data (e.g. held-out questions in SFT data)
         return _refused(str(e))
-    except (TrainingError, WeightSyncError, ServerError) as e:  # every episode of a step failed, a rollout
+    except (TrainingError, WeightSyncError, ServerError, ClusterError) as e:  # every episode of a step failed, a rollout
         return _stopped(e)  # server died or its weights could not be verified; the checkpoints so far stay
     if trainer.rank == 0:
         from sleuth.training.metrics import plot_run

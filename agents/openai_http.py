@@ -30,7 +30,12 @@ class ServerError(RuntimeError):
 
 class ServerUnreachable(ServerError):
     """The server could not be reached, or kept answering "not now", through every retry: another server
-    of the same model may still answer (`RoutedPolicy` sends the requests there)."""
+    of the same model may still answer (`RoutedPolicy` sends the requests there). `permanent`: it will not
+    come back (a Ray worker out of restarts), so the router stops sending it work."""
+
+    def __init__(self, message: str, permanent: bool = False):
+        super().__init__(message)
+        self.permanent = permanent
 
 
 class OpenAICompletionsPolicy:

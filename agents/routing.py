@@ -40,6 +40,7 @@ class RoutedPolicy:
         self.version = 0
         self.outstanding = [0] * len(self.servers)  # requests sent and not yet answered, per server
         self.home: dict[str, int] = {}  # task id → its server
+        self.gone: set[int] = set()  # servers that said they will not come back (`ServerUnreachable.permanent`)
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(len(self.servers), thread_name_prefix="sleuth-route")
 
@@ -48,8 +49,8 @@ class RoutedPolicy:
         with self._lock:
             key = request.task.id if request.task is not None else None
             server = self.home.get(key) if key is not None else None
-            if server is None:
-                server = min(range(len(self.servers)), key=lambda i: (self.outstanding[i], i))
+            if server is None or server in self.gone:
+                server = min(self._candidates(), key=lambda i: (self.outstanding[i], i))
                 if key is not None:
                     self.home[key] = server
             self.outstanding[server] += 1
@@ -71,7 +72,10 @@ class RoutedPolicy:
         def call(server: int, idx: list[int]) -> None:
             try:
                 gens = on(server, idx)
-            except ServerUnreachable:
+            except ServerUnreachable as e:
+                if e.permanent:
+                    with self._lock:
+                        self.gone.add(server)
                 other = self._move([requests[i] for i in idx], server)
                 if other is None:
                     raise
@@ -89,7 +93,7 @@ class RoutedPolicy:
         """The least-loaded server other than `failed` (None if there is none), now home to the tasks of
         `requests` and counting them as outstanding."""
         with self._lock:
-            others = [i for i in range(len(self.servers)) if i != failed]
+            others = [i for i in self._candidates() if i != failed]
             if not others:
                 return None
             server = min(others, key=lambda i: (self.outstanding[i], i))
@@ -99,6 +103,11 @@ class RoutedPolicy:
             self.outstanding[server] += len(requests)
         count_retry("rollout")
         return server
+
+    def _candidates(self) -> list[int]:
+        """The servers new work may go to: all but the gone ones (all of them when every one is gone, so the
+        call fails with the servers' own error)."""
+        return [i for i in range(len(self.servers)) if i not in self.gone] or list(range(len(self.servers)))
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)

@@ -34,18 +34,21 @@ def _args(tiny_model_dir, out, steps):
             "--set", f"model={tiny_model_dir}", "--set", "task_limit=24", "--set", "rollout.max_tokens=12",
             "--set", "rollout.group_size=2", "--set", "checkpoint.export_hf=false", "--set", "tensorboard=false",
             "--set", "loss.entropy_coef=0.01", "--set", "engine.lr=1e-3", "--set", "rollout.temperature=0.7",
-            "--set", "cluster.backend=ray", "--set", "cluster.rollout_workers=2"]
+            "--set", "cluster.backend=ray", "--set", "cluster.rollout_workers=2", "--set", "cluster.worker_cpus=0.5",
+            "--set", "cluster.env_workers=1", "--set", "cluster.env_worker_cpus=0.5", "--set", "rollout.env_workers=2"]
 
 
-def _workers() -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "ray::RolloutWorker"], capture_output=True, text=True).stdout
+def _workers(kind: str = "RolloutWorker") -> list[int]:
+    out = subprocess.run(["pgrep", "-f", f"ray::{kind}"], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
 
 
-def test_train_on_ray_survives_a_killed_rollout_worker(tiny_model_dir, tmp_path):
-    """The issue's acceptance run, on the tiny model: 3 steps with 2 rollout workers on a local Ray cluster;
-    after the first step one `ray::RolloutWorker` process is SIGKILLed from outside. Ray restarts it, the
-    trainer reloads and verifies its weights, the run ends with rc 0 and `cluster/restarts` ≥ 1."""
+def test_train_on_ray_survives_killed_workers(tiny_model_dir, tmp_path):
+    """The issue's acceptance run, on the tiny model: 3 steps with 2 rollout workers and 1 env worker on a
+    local Ray cluster; after the first step one `ray::RolloutWorker` and the `ray::EnvWorker` are SIGKILLed
+    from outside. Ray restarts them, the trainer reloads and verifies the rollout worker's weights, episodes
+    that lost their env session fail (not scored), and the run ends with rc 0, `cluster/restarts` ≥ 1 and
+    `cluster/env_restarts` ≥ 1."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
@@ -57,10 +60,11 @@ def test_train_on_ray_survives_a_killed_rollout_worker(tiny_model_dir, tmp_path)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         if metrics.exists() and metrics.read_text().strip():
-            pids = _workers()
-            if len(pids) == 2:
+            pids, envs = _workers(), _workers("EnvWorker")
+            if len(pids) == 2 and len(envs) == 1:
                 killed = pids[0]
                 os.kill(killed, signal.SIGKILL)
+                os.kill(envs[0], signal.SIGKILL)
                 break
         time.sleep(0.2)
     output, _ = proc.communicate(timeout=600)
@@ -69,9 +73,11 @@ def test_train_on_ray_survives_a_killed_rollout_worker(tiny_model_dir, tmp_path)
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert rows[-1]["cluster/restarts"] >= 1 and rows[-1]["cluster/live_workers"] == 2
+    assert rows[-1]["cluster/env_restarts"] >= 1 and rows[0]["cluster/env_restarts"] == 0
+    assert sum(r["episodes/failed"] for r in rows) <= 4  # at most the episodes whose env session was lost
     assert all(r["sync/max_logit_diff"] <= 1e-3 for r in rows)
     assert rows[0]["cluster/restarts"] == 0
-    assert not _workers()  # the run's end takes its workers (and the cluster it started) down
+    assert not _workers() and not _workers("EnvWorker")  # the run's end takes its workers (and its Ray) down
 
 
 def test_a_restarted_worker_generates_with_the_current_weights(tiny_model_dir):

@@ -104,3 +104,35 @@ def test_requests_a_dead_server_cannot_take_go_to_another(tokenizer):
             alone.generate([req("c")], SamplingParams())
         for policy in (p, alone):
             policy.close()
+
+
+def test_a_server_gone_for_good_gets_no_more_work():
+    """A server that answers `ServerUnreachable(permanent=True)` (a Ray worker out of restarts) is routed
+    around from then on: its requests move once, and later tasks never go to it."""
+    from sleuth.agents.openai_http import ServerUnreachable
+    from sleuth.agents.policy import Generation, Request, SamplingParams
+    from sleuth.agents.routing import RoutedPolicy
+    from sleuth.tasks.base import Task
+
+    class Server:
+        def __init__(self, name, dead=False):
+            self.name, self.dead, self.calls = name, dead, 0
+            self.tokenizer, self.max_context, self.parallel_calls, self.version = None, None, 1, 0
+
+        def generate(self, requests, sampling):
+            self.calls += 1
+            if self.dead:
+                raise ServerUnreachable(f"{self.name} is dead", permanent=True)
+            return [Generation([1], [0.0], self.name) for _ in requests]
+
+        def close(self):
+            pass
+
+    dead, live = Server("dead", dead=True), Server("live")
+    router = RoutedPolicy([dead, live])
+    req = lambda i: Request([1, 2], [], Task(f"t{i}", "q", "a"))  # noqa: E731
+    assert [g.text for g in router.generate([req(0)], SamplingParams())] == ["live"]
+    assert dead.calls == 1 and router.gone == {0}
+    for i in range(1, 4):
+        assert router.generate([req(i)], SamplingParams())[0].text == "live"
+    assert dead.calls == 1

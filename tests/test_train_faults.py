@@ -128,27 +128,28 @@ def _cfg(tiny_model_dir, out, tasks, **over):
 
 def test_a_group_with_a_failed_episode_never_trains_and_is_counted(tiny_model_dir, tmp_path, data_dir):
     """Two tasks, one whose documents were cut from the data file: its episodes fail at reset. The group
-    leaves the update, is counted, stays out of the reward metrics, and is still in the rollouts file."""
+    is sampled once more in the same step (an infrastructure failure may pass), fails again, leaves the
+    update, is counted, stays out of the reward metrics, and is still in the rollouts file."""
     from sleuth.training.trainer import Trainer
 
     tasks = hotpot_file(data_dir, tmp_path / "cut.jsonl", 2, cut={1})
     trainer = Trainer(_cfg(tiny_model_dir, tmp_path / "run", tasks, max_steps=1), progress=False)
     got = trainer.collect(1)
-    assert len(got.seen) == 4 and sum(t.failed for t in got.seen) == 2 and got.dropped_failed == 1
-    assert len(got.kept) == 2 and not any(t.failed for t in got.kept)
+    assert len(got.seen) == 6 and sum(t.failed for t in got.seen) == 4 and got.dropped_failed == 2
+    assert got.reissued == 1 and len(got.kept) == 2 and not any(t.failed for t in got.kept)
     assert {t.stop_reason for t in got.seen if t.failed} == {"reset_error"}
     [row] = trainer.train()
-    assert row["episodes/failed"] == 2 and row["groups/dropped_failed"] == 1
-    assert row["groups/zero_var_wrong"] == 0.5  # the intact group: the untrained model scores 0
+    assert row["episodes/failed"] == 4 and row["groups/dropped_failed"] == 2 and row["groups/reissued"] == 1
+    assert row["groups/zero_var_wrong"] == 1 / 3  # the intact group of three: the untrained model scores 0
     rollouts = (tmp_path / "run" / "rollouts" / "step-000001.rank0.jsonl").read_text()
     lines = [json.loads(x) for x in rollouts.splitlines()]
-    assert len(lines) == 4 and sum(x["error"] is not None for x in lines) == 2
+    assert len(lines) == 6 and sum(x["error"] is not None for x in lines) == 4
 
 
 def test_dynamic_sampling_refills_the_groups_a_failure_took(tiny_model_dir, tmp_path, data_dir, monkeypatch):
     """Unit test of `collect` around the rollout: round 0 brings one group with signal and one with a failed
-    episode, round 1 two groups with signal; `dynamic` samples round 1 because the failure left the step
-    short, and the failed group never reaches the update."""
+    episode, whose task is sampled again at once and fails again; round 1 two groups with signal; `dynamic`
+    samples round 1 because the failures left the step short, and no failed group reaches the update."""
     from sleuth.training.trainer import Trainer
 
     tasks = hotpot_file(data_dir, tmp_path / "ok.jsonl", 2)
@@ -159,11 +160,23 @@ def test_dynamic_sampling_refills_the_groups_a_failure_took(tiny_model_dir, tmp_
         return Trajectory(group, "DocRead-v0", [1, 2], turns=[] if error else [Turn([3], [0.0], "a")],
                           reward=reward, group=group, error=error, stop_reason="env_error" if error else "final")
 
-    rounds = {0: [traj("a", 1.0), traj("a", 0.0), traj("b", 1.0), traj("b", 0.0, error="env failed: EOFError")],
-              1: [traj("c", 1.0), traj("c", 0.0), traj("d", 0.0), traj("d", 1.0)]}
-    monkeypatch.setattr(trainer, "_rollout_round", lambda step, round_: rounds[round_])
+    from sleuth.tasks.base import Task
+
+    failed = "env failed: EOFError"
+    rounds = {(0, False): [traj("a", 1.0), traj("a", 0.0), traj("b", 1.0), traj("b", 0.0, error=failed)],
+              (0, True): [traj("b", 1.0, error=failed), traj("b", 0.0)],
+              (1, False): [traj("c", 1.0), traj("c", 0.0), traj("d", 0.0), traj("d", 1.0)]}
+    asked = []
+
+    def round_(step, r, chosen, reissue=False):
+        asked.append((r, reissue, [t.id for t in chosen]))
+        return rounds[(r, reissue)]
+
+    trainer.tasks_by_id = {k: Task(k, "q?", "a") for k in "abcd"}
+    monkeypatch.setattr(trainer, "_rollout_round", round_)
     got = trainer.collect(1)
-    assert got.dropped_failed == 1 and len(got.seen) == 8
+    assert asked[1] == (0, True, ["b"])  # only the failed group's task, sampled again
+    assert got.dropped_failed == 2 and got.reissued == 1 and len(got.seen) == 10
     assert [t.group for t in got.kept] == ["a", "a", "c", "c", "d", "d"]
 
 
@@ -180,10 +193,11 @@ def test_a_step_whose_every_episode_failed_stops_the_run_in_one_line(tiny_model_
     proc = sleuth("train", *args, "--max-steps", 2, "--resume")
     assert proc.returncode == 1
     [line] = errors(proc.stderr)
-    assert line.startswith("error: step 2: all 4 episodes failed, nothing to train on (the first: reset_error: "
+    assert line.startswith("error: step 2: all 8 episodes failed, nothing to train on (the first: reset_error: "
                            "reset failed: ValueError: task ")
     assert "rerun with --resume" in line
-    assert len((out / "rollouts" / "step-000002.rank0.jsonl").read_text().splitlines()) == 4
+    # 2 groups of 2, each sampled once more after failing: 8 episodes, all kept in the rollouts file
+    assert len((out / "rollouts" / "step-000002.rank0.jsonl").read_text().splitlines()) == 8
     hotpot_file(data_dir, path, 2)
     proc = sleuth("train", *args, "--max-steps", 2, "--resume")
     assert proc.returncode == 0 and f"resumed {out} from step 1 (checkpoint step-000001)" in proc.stderr

@@ -262,7 +262,7 @@ def test_zero_variance_judges_groups_by_their_advantages(tiny_model_dir, tmp_pat
                                                       if d["title"] not in task.payload["supporting"])
     differ = [_reads(task, [gold], 0.0, "a"), _reads(task, [other], 0.0, "a")]
     alike = [_reads(task, [other], 0.0, "b"), _reads(task, [other], 0.0, "b")]
-    trainer._rollout_round = lambda step, round_: differ + alike
+    trainer._rollout_round = lambda step, round_, chosen, reissue=False: differ + alike
     got = trainer.collect(1)
     assert got.kept == differ and got.zero_var["wrong"] == 2 and got.no_signal_groups == 1
     assert len(got.advantages) == 2 and got.advantages[0][0] > 0 > got.advantages[1][0]

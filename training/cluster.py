@@ -5,8 +5,9 @@ With `backend: ray`, `sleuth train` connects to a Ray cluster (`address`: "auto"
 `ray://host:port` URL, or None to start a local one), reserves one placement-group bundle per rollout
 worker ({"CPU": worker_cpus, "GPU": worker_gpus}) and starts a `RolloutWorker` actor in each
 (`training.ray_rollout`). A worker whose process dies is restarted by Ray in its bundle, at most
-`max_restarts` times each. The trainer stays in the driver process (one DeepSpeed rank, or `torchrun`
-ranks each with their own workers) and so do the envs; the workers generate."""
+`max_restarts` times each. With `env_workers` > 0 the envs run in `EnvWorker` actors too
+(`training.ray_envs`), away from the trainer. The trainer stays in the driver process (one DeepSpeed rank,
+or `torchrun` ranks each with their own workers)."""
 
 from __future__ import annotations
 
@@ -19,21 +20,25 @@ BACKENDS = ("local", "ray")
 @dataclass
 class ClusterConfig:
     backend: str = "local"  # local | ray
-    address: str | None = None  # ray: "auto", "ray://host:port", or None to start a local cluster
+    address: str | None = None  # ray: "auto", "ray://host:port", or null (left out) to start a local cluster
     rollout_workers: int = 1  # ray: RolloutWorker actors per training rank, behind one router
     worker_cpus: float = 1.0  # ray: CPUs reserved per worker (its torch threads)
     worker_gpus: float = 0.0  # ray: GPUs reserved per worker
     max_restarts: int = 3  # ray: restarts of each dead worker before its requests go to the others
+    env_workers: int = 0  # ray: EnvWorker actors holding the envs (0: envs run in the training process)
+    env_worker_cpus: float = 1.0  # ray: CPUs reserved per env worker
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"cluster.backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
         for key, value, low in (("rollout_workers", self.rollout_workers, 1), ("worker_cpus", self.worker_cpus, 0),
-                                ("worker_gpus", self.worker_gpus, 0), ("max_restarts", self.max_restarts, 0)):
+                                ("worker_gpus", self.worker_gpus, 0), ("max_restarts", self.max_restarts, 0),
+                                ("env_workers", self.env_workers, 0), ("env_worker_cpus", self.env_worker_cpus, 0)):
             if not value >= low:  # also refuses NaN
                 raise ValueError(f"cluster.{key} must be ≥ {low}, got {value}")
-        if self.backend == "local" and (self.address is not None or self.rollout_workers != 1):
-            raise ValueError("cluster.address and cluster.rollout_workers place Ray actors: set cluster.backend: ray")
+        if self.backend == "local" and (self.address is not None or self.rollout_workers != 1 or self.env_workers):
+            raise ValueError("cluster.address, cluster.rollout_workers and cluster.env_workers place Ray actors: set "
+                             "cluster.backend: ray")
 
 
 class ClusterError(RuntimeError):
@@ -56,17 +61,17 @@ def connect(cfg: ClusterConfig) -> tuple[Any, bool]:
     return ray, True
 
 
-def placement(ray: Any, cfg: ClusterConfig, timeout_s: float = 120.0) -> Any:
-    """A placement group with one bundle per rollout worker, ready; ClusterError when the cluster cannot
-    hold it within `timeout_s`."""
+def placement(ray: Any, n: int, bundle: dict[str, float], what: str, timeout_s: float = 120.0) -> Any:
+    """A placement group of `n` bundles for `what` (e.g. "rollout workers"), ready; ClusterError when the
+    cluster cannot hold it within `timeout_s`."""
     from ray.util.placement_group import placement_group
 
-    bundle = {"CPU": cfg.worker_cpus, **({"GPU": cfg.worker_gpus} if cfg.worker_gpus else {})}
-    pg = placement_group([dict(bundle) for _ in range(cfg.rollout_workers)], strategy="PACK")
+    bundle = {k: v for k, v in bundle.items() if v}
+    pg = placement_group([dict(bundle) for _ in range(n)], strategy="PACK")
     ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
     if not ready:
         ray.util.remove_placement_group(pg)
-        raise ClusterError(f"the Ray cluster cannot place {cfg.rollout_workers} rollout workers of {bundle} "
-                           f"within {timeout_s:.0f} s (resources: {ray.cluster_resources()}): lower "
-                           "cluster.rollout_workers or cluster.worker_cpus / worker_gpus, or add nodes")
+        raise ClusterError(f"the Ray cluster cannot place {n} {what} of {bundle} within {timeout_s:.0f} s "
+                           f"(resources: {ray.cluster_resources()}): lower their number or their CPUs / GPUs in "
+                           "`cluster`, or add nodes")
     return pg

@@ -100,7 +100,8 @@ class WorkerHandle:
             except (RayActorError, StaleWeights):
                 self.recover(epoch)
         self.dead = True
-        raise ServerUnreachable(f"{self.name} is dead (out of its {self.owner.cluster.max_restarts} restarts)")
+        raise ServerUnreachable(f"{self.name} is dead (out of its {self.owner.cluster.max_restarts} restarts)",
+                                permanent=True)
 
     def recover(self, epoch: int) -> None:
         """Load the current weights (waiting while Ray restarts the process) and verify them. `epoch` is the
@@ -145,11 +146,12 @@ class WorkerPool:
     def __init__(self, cluster: ClusterConfig, model_path: str, dtype: torch.dtype, max_batch: int = 16,
                  kv_keep_mb: int = 1024, share_prefill: bool = True, timeout_s: float = 600.0,
                  tolerance: float = 1e-3, probe_ids: list[int] | None = None, start_timeout_s: float = 600.0):
-        from transformers import AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
 
         self.cluster, self.timeout_s, self.tolerance, self.probe_ids = cluster, timeout_s, tolerance, probe_ids or []
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.max_context: int | None = None
+        # the workers' context, as TransformersPolicy reads it: episodes past it end `prompt_too_long` here too
+        self.max_context = int(getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", 8192))
         self.ray, self.started = connect(cluster)
         self.group: Any = None
         self.restarts = 0
@@ -159,7 +161,8 @@ class WorkerPool:
         self._lock = threading.Lock()
         self.handles: list[WorkerHandle] = []
         try:
-            self.group = placement(self.ray, cluster)
+            self.group = placement(self.ray, cluster.rollout_workers, {"CPU": cluster.worker_cpus,
+                                                                       "GPU": cluster.worker_gpus}, "rollout workers")
             worker = (model_path, str(dtype).removeprefix("torch."), max(1, int(cluster.worker_cpus)),
                       "cuda" if cluster.worker_gpus > 0 else "cpu", max_batch, kv_keep_mb, share_prefill)
             self.handles = [WorkerHandle(self, i, self._actor(i, worker)) for i in range(cluster.rollout_workers)]
@@ -249,7 +252,8 @@ class RayRollout:
 
         pool = self.pool
         pool.expected = probe_logits(module, pool.probe_ids)
-        pool.state_ref = pool.ray.put(full_state_dict(module))
+        # in host memory: the object store holds CPU tensors, and a worker may have no GPU
+        pool.state_ref = pool.ray.put({k: v.cpu() for k, v in full_state_dict(module).items()})
         pool.weights_id += 1
         live = [h for h in pool.handles if not h.dead]
         if not live:

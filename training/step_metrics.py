@@ -63,6 +63,7 @@ def step_row(parts: list[dict[str, Any]], times: dict[str, float], sync: dict[st
     row["groups/no_signal"] = sum(p["no_signal_groups"] for p in parts) / max(n_groups, 1)
     row["episodes/failed"] = sum(p["failed"] for p in parts)
     row["groups/dropped_failed"] = sum(p["dropped_failed"] for p in parts)
+    row["groups/reissued"] = sum(p["reissued"] for p in parts)
     lc, lw = cat("length_correct"), cat("length_wrong")
     row["length/correct"] = float(np.mean(lc)) if lc else float("nan")
     row["length/wrong"] = float(np.mean(lw)) if lw else float("nan")

@@ -17,11 +17,12 @@ import json
 import time
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gymnasium
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -43,6 +44,7 @@ from sleuth.training.engine import (
     resolved_dtype,
 )
 from sleuth.training.metrics import MISMATCH_WARN, MetricsLogger
+from sleuth.training.ray_envs import EnvPool
 from sleuth.training.rollout import WeightSyncError
 from sleuth.training.sampler import TaskSampler
 from sleuth.training.step_metrics import components, ranges, step_row, why_no_signal
@@ -68,6 +70,7 @@ class Collected:
     no_signal_groups: int = 0  # groups whose every advantage is 0 (what `zero_variance: drop | dynamic` leave out)
     stream: dict[str, Any] | None = None  # what the rollout stream reports (None without one)
     dropped_failed: int = 0  # groups left out because a member failed
+    reissued: int = 0  # of those, the tasks sampled once more in the same step
     reward_s: float = 0.0  # seconds spent in the estimator
 
 
@@ -77,12 +80,15 @@ class Trainer:
         self.rank, self.world = init_distributed()
         self.out = Path(cfg.out)
         self.agent: AgentRollouts | None = None
+        self.envs: EnvPool | None = None
         self.lock = checkpoint.own_run_dir(self.out)  # one process (group) per run directory, until train ends
         try:
             self._setup(cfg, resume)
         except BaseException:
             if self.agent is not None:
                 self.agent.close()
+            if self.envs is not None:
+                self.envs.close()
             if hasattr(self, "rollout"):  # e.g. a checkpoint that cannot be restored: stop the engine it started
                 self.rollout.close()
             self.release()
@@ -149,6 +155,7 @@ class Trainer:
                                      share_prefix=up.share_prefix, full_logits=up.full_logits)
         self.probe_ids = ChatRenderer(self.tokenizer).prompt_ids(PROBE)
         self.rollout = make_rollout(cfg, self.model_path, dtype, self.probe_ids)
+        self.make_env = self._env_factory()
         self.step, version = 0, 0
         if resume:
             state = checkpoint.resume(self.engine, self.ckpt_root, self.out)
@@ -202,6 +209,8 @@ class Trainer:
                 self.stream.close()
             if self.agent is not None:
                 self.agent.close()
+            if self.envs is not None:
+                self.envs.close()
             self.rollout.close()
             self.release()
         return rows
@@ -225,7 +234,7 @@ class Trainer:
         advantages = got.advantages
         upd = self.updater.update(kept, advantages)
         t3 = time.perf_counter()
-        sync = self._sync()
+        sync = {**self._sync(), **(self.envs.stats() if self.envs is not None else {})}
         if self.estimator.refresh_due(step):  # e.g. the information-gain reader becomes a snapshot of the policy
             self.estimator.refresh(full_state_dict(self.engine.module))
         t4 = time.perf_counter()
@@ -241,7 +250,7 @@ class Trainer:
             "groups": len(groups(seen)), "zero_var": dict(got.zero_var), "no_signal_groups": got.no_signal_groups,
             "success": [float(t.reward > 0) for t in ok],
             "gen_tokens": sum(t.num_policy_tokens for t in seen), "stream": got.stream,
-            "failed": len(seen) - len(ok), "dropped_failed": got.dropped_failed, **upd,
+            "failed": len(seen) - len(ok), "dropped_failed": got.dropped_failed, "reissued": got.reissued, **upd,
         }
         # step_cpu: this process's CPU seconds over the step, all its threads (episodes per CPU-minute is
         # what a CPU run is limited by); a vLLM server's own are not in it
@@ -299,8 +308,19 @@ class Trainer:
                                   "(rollout.sync_timeout_s)") from None
 
     # -- rollouts -------------------------------------------------------------------------------------
-    def _stream(self) -> RolloutStream:
+    def _env_factory(self) -> Callable[[], gymnasium.Env]:
+        """Envs in this process, or sessions in Ray env workers (`cluster.env_workers`)."""
         import sleuth
+
+        cfg = self.cfg
+        if cfg.cluster.backend == "ray" and cfg.cluster.env_workers:
+            from sleuth.training.ray_envs import EnvPool
+
+            self.envs = EnvPool(cfg.cluster, cfg.env, cfg.env_args)
+            return self.envs.make
+        return lambda: sleuth.make(cfg.env, **cfg.env_args)
+
+    def _stream(self) -> RolloutStream:
         from sleuth.agents.policy import SamplingParams
 
         rc, cfg = self.cfg.rollout, self.cfg
@@ -309,7 +329,7 @@ class Trainer:
         def next_tasks() -> list[Task]:
             return [self.tasks[i] for i in self.sampler.take(rc.tasks_per_step)[self.rank::self.world]]
 
-        return RolloutStream(lambda: sleuth.make(cfg.env, **cfg.env_args), next_tasks,
+        return RolloutStream(self.make_env, next_tasks,
                              self.rollout.policy, sampling, group_size=rc.group_size, concurrency=rc.concurrency,
                              max_staleness=rc.max_staleness, env_id=cfg.env, env_workers=rc.env_workers, gate=self.gate)
 
@@ -332,18 +352,30 @@ class Trainer:
                 trajs = taken.trajs + taken.failed
                 got.stream = {"dropped": taken.dropped, "staleness": taken.staleness, "partial": taken.partial}
             else:
-                trajs = self._rollout_round(step, round_)
-            got.seen += trajs
-            whole = []
-            for idx in groups(trajs).values():
-                if any(trajs[i].failed for i in idx):  # its baseline would be over the survivors only
-                    got.dropped_failed += 1
-                else:
-                    whole.append([trajs[i] for i in idx])
-            self._judge(got, whole)
+                chosen = [self.tasks[i] for i in self.sampler.take(rc.tasks_per_step)[self.rank::self.world]]
+                trajs = self._rollout_round(step, round_, chosen)
+            failed = self._take(got, trajs)
+            if failed and self.stream is None:  # an infrastructure failure: those tasks are sampled once more
+                got.reissued += len(failed)
+                self._take(got, self._rollout_round(step, round_, failed, reissue=True))
             if rc.zero_variance != "dynamic" or all_sum(len(groups(got.kept))) >= rc.tasks_per_step:
                 break
         return got
+
+    def _take(self, got: Collected, trajs: list[Trajectory]) -> list[Task]:
+        """A round's trajectories into `got`; the tasks of the groups left out for a failed episode."""
+        from sleuth.rewards.base import groups
+
+        got.seen += trajs
+        whole, failed = [], []
+        for idx in groups(trajs).values():
+            if any(trajs[i].failed for i in idx):  # its baseline would be over the survivors only
+                got.dropped_failed += 1
+                failed.append(self.tasks_by_id[trajs[idx[0]].task_id])
+            else:
+                whole.append([trajs[i] for i in idx])
+        self._judge(got, whole)
+        return failed
 
     def _judge(self, got: Collected, whole: list[list[Trajectory]]) -> None:
         """Advantages for a round's intact groups; keep each group unless it has no learning signal and
@@ -379,26 +411,27 @@ class Trainer:
         sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
         return AgentRollouts(self.cfg.agent, self.rollout.policy, self.gate, sampling)
 
-    def _rollout_round(self, step: int, round_: int) -> list[Trajectory]:
-        import sleuth
+    def _rollout_round(self, step: int, round_: int, chosen: list[Task], reissue: bool = False) -> list[Trajectory]:
+        """A group of `rollout.group_size` episodes for each task of `chosen` (`reissue`: again, for the groups
+        of round `round_` that an infrastructure failure took out), each group under its own key."""
         from sleuth.agents.loop import run_episodes
         from sleuth.agents.policy import SamplingParams
 
         rc, cfg = self.cfg.rollout, self.cfg
-        chosen = self.sampler.take(rc.tasks_per_step)[self.rank::self.world]
+        label = f"{round_}r" if reissue else str(round_)
         if self.agent is not None:
-            trajs = self.agent.round([self.tasks[i] for i in chosen], rc.group_size)
+            trajs = self.agent.round(chosen, rc.group_size)
             for t in trajs:
-                t.group = f"{t.task_id}@{step}.{round_}"
+                t.group = f"{t.task_id}@{step}.{label}"
             return trajs
-        tasks = [self.tasks[i] for i in chosen for _ in range(rc.group_size)]
-        seed = (cfg.seed * 1_000_003 + step * 1009 + round_ * 31 + self.rank) % (2**31)
+        tasks = [t for t in chosen for _ in range(rc.group_size)]
+        seed = (cfg.seed * 1_000_003 + step * 1009 + round_ * 31 + reissue * 7919 + self.rank) % (2**31)
         sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
-        trajs = list(run_episodes(lambda: sleuth.make(cfg.env, **cfg.env_args), tasks, self.rollout.policy,
+        trajs = list(run_episodes(self.make_env, tasks, self.rollout.policy,
                                   sampling, rc.concurrency, env_id=cfg.env, env_workers=rc.env_workers,
                                   lockstep=rc.lockstep))
         for t in trajs:
-            t.group = f"{t.task_id}@{step}.{round_}"
+            t.group = f"{t.task_id}@{step}.{label}"
         return trajs
 
     # -- metrics --------------------------------------------------------------------------------------

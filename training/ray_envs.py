@@ -1,0 +1,173 @@
+"""Envs in Ray actors (`cluster.env_workers` > 0): slow envs (SWE tests, code sandboxes, retrieval) run on
+CPU nodes away from the trainer's accelerators.
+
+Each `EnvWorker` actor holds env sessions (one env object each, built with `sleuth.make(env, **env_args)` in
+the actor); the agent loop in the training process sees `RayEnv`s, gymnasium envs that forward `reset` and
+`step` to their session. Sessions are spread over the workers round robin. Steps are blocking calls: set
+`rollout.env_workers` (threads) so env steps overlap with generation.
+
+A worker whose process dies is restarted by Ray (`cluster.max_restarts`), but the sessions it held are gone:
+an episode that was running there fails as an env failure (`env_error`: never scored, its group leaves the
+update), and the `RayEnv` opens a new session on the restarted worker at its next `reset`. Restarts are
+counted (`cluster/env_restarts`)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from typing import Any
+
+import gymnasium
+
+from sleuth.training.cluster import ClusterConfig, ClusterError, connect, placement
+
+RESTART_WAIT_S, POLL_S = 120.0, 0.25  # how long a reset waits for a restarting worker, and how often it asks
+
+
+class EnvWorker:
+    """Env sessions in a Ray actor process (the process title is `ray::EnvWorker`)."""
+
+    def __init__(self, env_id: str, env_args: dict[str, Any]):
+        self.env_id, self.env_args = env_id, env_args
+        self.sessions: dict[int, gymnasium.Env] = {}
+        self.ids = itertools.count()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def open(self) -> tuple[int, int]:
+        """A new session: (its id, this process's pid)."""
+        import sleuth
+
+        sid = next(self.ids)
+        self.sessions[sid] = sleuth.make(self.env_id, **self.env_args)
+        return sid, os.getpid()
+
+    def reset(self, sid: int, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, dict[str, Any]]:
+        return self.sessions[sid].reset(seed=seed, options=options)
+
+    def step(self, sid: int, action: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        return self.sessions[sid].step(action)
+
+    def close(self, sid: int) -> None:
+        env = self.sessions.pop(sid, None)
+        if env is not None:
+            env.close()
+
+
+class EnvPool:
+    """`cluster.env_workers` EnvWorker actors in one placement group; `make()` is the env factory the agent
+    loop uses."""
+
+    def __init__(self, cluster: ClusterConfig, env_id: str, env_args: dict[str, Any], start_timeout_s: float = 300.0):
+        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.cluster = cluster
+        self.ray, self.started = connect(cluster)
+        self.group: Any = None
+        self.actors: list[Any] = []
+        self.pids: list[int] = []
+        self.restarts = 0
+        self._next = itertools.count()
+        self._lock = threading.Lock()
+        try:
+            self.group = placement(self.ray, cluster.env_workers, {"CPU": cluster.env_worker_cpus}, "env workers")
+            for i in range(cluster.env_workers):
+                strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=i)
+                self.actors.append(self.ray.remote(EnvWorker).options(
+                    num_cpus=cluster.env_worker_cpus, max_restarts=cluster.max_restarts, max_task_retries=0,
+                    scheduling_strategy=strategy).remote(env_id, dict(env_args)))
+            self.pids = self.ray.get([a.pid.remote() for a in self.actors], timeout=start_timeout_s)
+        except (GetTimeoutError, RayActorError) as e:
+            self.close()
+            raise ClusterError(f"the env workers did not start: {str(e).strip().splitlines()[-1]}") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def make(self) -> RayEnv:
+        return RayEnv(self, next(self._next) % len(self.actors))
+
+    def opened(self, index: int, pid: int) -> None:
+        """A session was opened on worker `index` in process `pid`: a new pid there is a restart."""
+        with self._lock:
+            if pid != self.pids[index]:
+                self.pids[index] = pid
+                self.restarts += 1
+
+    def stats(self) -> dict[str, float]:
+        return {"cluster/env_restarts": float(self.restarts)}
+
+    def close(self) -> None:
+        for a in self.actors:
+            self.ray.kill(a, no_restart=True)
+        if self.group is not None:
+            self.ray.util.remove_placement_group(self.group)
+        if self.started:
+            self.ray.shutdown()
+
+
+class RayEnvError(RuntimeError):
+    """The env worker holding this session died (or cannot be reached): the episode fails as an env failure."""
+
+
+class RayEnv(gymnasium.Env):
+    """An env whose session lives in an `EnvWorker`."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, pool: EnvPool, index: int):
+        self.pool, self.index, self.actor = pool, index, pool.actors[index]
+        self.sid: int | None = None
+
+    def _open(self) -> None:
+        from ray.exceptions import ActorDiedError, ActorUnavailableError
+
+        deadline = time.monotonic() + RESTART_WAIT_S
+        while True:
+            try:
+                self.sid, pid = self.pool.ray.get(self.actor.open.remote())
+                self.pool.opened(self.index, pid)
+                return
+            except ActorDiedError:
+                raise RayEnvError(f"env worker {self.index} is dead (out of its {self.pool.cluster.max_restarts} "
+                                  "restarts)") from None
+            except ActorUnavailableError:  # restarting
+                if time.monotonic() > deadline:
+                    raise RayEnvError(f"env worker {self.index} did not come back within {RESTART_WAIT_S:.0f} s") \
+                        from None
+                time.sleep(POLL_S)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        from ray.exceptions import RayActorError
+
+        if self.sid is None:
+            self._open()
+        try:
+            return self.pool.ray.get(self.actor.reset.remote(self.sid, seed, options))
+        except (RayActorError, KeyError):  # the worker was restarted since: this session is gone, open another
+            self._open()
+            return self.pool.ray.get(self.actor.reset.remote(self.sid, seed, options))
+
+    def step(self, action: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        from ray.exceptions import RayActorError
+
+        try:
+            return self.pool.ray.get(self.actor.step.remote(self.sid, action))
+        except (RayActorError, KeyError) as e:
+            self.sid = None
+            raise RayEnvError(f"env worker {self.index} lost this episode's session ({type(e).__name__}): the "
+                              "episode fails and is not scored") from None
+
+    def close(self) -> None:
+        from ray.exceptions import RayActorError
+
+        if self.sid is not None:
+            try:
+                self.pool.ray.get(self.actor.close.remote(self.sid))
+            except (RayActorError, KeyError):
+                pass
+            self.sid = None
