@@ -77,7 +77,8 @@ verl: $(VERL_STAMP)
 # harnesses, SmolLM2 in the text harness the recipes train) → a warm start (SFT on title-reading oracle
 # episodes of the train split) → CIGPO from the warm start (GRPO + a step reward per supporting document
 # read) → the warm-started and the trained model on the same slice → paired comparisons: untrained →
-# warm start, warm start → RL, untrained → RL.
+# warm start, warm start → RL, untrained → RL → the untrained and the trained model on MuSiQue questions
+# (another dataset, never trained on: 20 paragraphs per question, 2–4 hops) and their paired comparison.
 # Re-running continues where it stopped (finished episodes and checkpoints are kept).
 run: setup
 	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
@@ -94,6 +95,11 @@ run: setup
 		--policy runs/main/train/hf --harness text --out runs/main/trained-text
 	$(VENV)/bin/sleuth compare runs/main/sft-text runs/main/trained-text --out runs/main/rl-vs-warm-start
 	$(VENV)/bin/sleuth compare runs/main/smollm2-text runs/main/trained-text --out runs/main/before-after
+	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks musique:dev --limit $(LIMIT) \
+		--policy smollm2 --harness text --out runs/main/musique-untrained
+	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks musique:dev --limit $(LIMIT) \
+		--policy runs/main/train/hf --harness text --out runs/main/musique-trained
+	$(VENV)/bin/sleuth compare runs/main/musique-untrained runs/main/musique-trained --out runs/main/musique-before-after
 
 test: setup vllm verl
 	$(PY) -m pytest -q
