@@ -121,6 +121,7 @@ bench: setup
 	$(PY) bench/swe.py --all
 	$(PY) bench/hf_logprobs.py
 	$(PY) bench/gateway.py
+	$(PY) bench/ray_overhead.py
 
 # Advantage estimators from the warm start (runs/main/sft/hf, built if missing), same seeds and episode budget,
 # DocRead on hotpotqa:train → the first 100 hotpotqa:dev and 48 hotpotqa:test questions, one table each. The CPU
