@@ -125,7 +125,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     def trainer():
         from sleuth.training.trainer import Trainer
 
-        return Trainer
+        def build(cfg: Any, resume: bool = False) -> Any:
+            if cfg.cluster.train_ranks:  # the ranks run as Ray actors; this process only drives them
+                from sleuth.training.ray_train import RayTrainer
+
+                return RayTrainer(cfg, resume)
+            return Trainer(cfg, resume=resume)
+
+        return build
 
     return _run_training(args, load_config, trainer, "trained", "reward/mean",
                          lambda c: None if c.agent.enabled else (c.env, c.env_args))

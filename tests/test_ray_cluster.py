@@ -197,3 +197,34 @@ def test_a_killed_trainer_resumes_on_ray(tiny_model_dir, tmp_path):
     assert "resumed" in done.stdout + done.stderr
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps[-1] == 3 and sorted(set(steps)) == [1, 2, 3]
+
+
+def test_train_ranks_as_ray_actors_and_a_dead_rank(tiny_model_dir, tmp_path):
+    """`cluster.train_ranks: 2`: two DeepSpeed ranks in `ray::TrainRank` actors (gloo inside the actors), each
+    with one rollout worker. One rank SIGKILLed from outside after the first checkpoint ends the run in one
+    line naming it and `--resume`; the resumed run finishes every step."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "sleuth.cli", "train", "--config", "configs/docread_quick.yaml", "--out", str(out),
+           "--max-steps", "3", "--set", f"model={tiny_model_dir}", "--set", "task_limit=24",
+           "--set", "rollout.max_tokens=12", "--set", "rollout.group_size=2", "--set", "checkpoint.export_hf=false",
+           "--set", "tensorboard=false", "--set", "loss.entropy_coef=0.01", "--set", "engine.lr=1e-3",
+           "--set", "cluster.backend=ray", "--set", "cluster.train_ranks=2", "--set", "cluster.train_cpus=0.5",
+           "--set", "cluster.worker_cpus=0.5"]
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not (out / "checkpoints" / "latest").exists():
+        time.sleep(0.2)
+    ranks = _workers("TrainRank")
+    assert proc.poll() is None and len(ranks) == 2, "the run ended before its first checkpoint"
+    os.kill(ranks[-1], signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode != 0
+    line = [x for x in err.splitlines() if x.startswith("error:")][-1]
+    assert "train rank" in line and "died" in line and "--resume" in line
+    assert not _workers("TrainRank") and not _workers()
+    done = subprocess.run([*cmd, "--resume"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 3 and sorted(set(steps)) == [1, 2, 3]

@@ -237,7 +237,9 @@ class RayRollout:
 
     def __init__(self, cfg: Any, model_path: str, dtype: torch.dtype, probe_ids: list[int], world: int = 1):
         cluster: ClusterConfig = cfg.cluster
-        if world > 1 and cluster.address is None:
+        import ray
+
+        if world > 1 and cluster.address is None and not ray.is_initialized():  # a TrainRank actor is in Ray
             raise ClusterError("several training ranks share one Ray cluster: start it (`ray start --head`) and set "
                                "cluster.address: auto")
         rc = cfg.rollout
