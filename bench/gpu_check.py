@@ -13,6 +13,10 @@ Checks, in this order (each PASS / FAIL / SKIP with figures; a failure never sto
                runs (update.all_sum / all_max), all_gather_object, barrier, a device all_reduce
   trainer      the whole Trainer on DocRead (text harness, GRPO) with the tiny model: 2 steps on ZeRO-2
                (checkpoints, TensorBoard, HF export loaded back and compared), 1 step on ZeRO-3
+  ray          `sleuth train` on Ray (SKIP without ray): 3 steps of configs/docread_quick.yaml with the tiny
+               model, one TrainRank and one RolloutWorker actor (0.5 GPU each), the worker SIGKILLed from
+               outside after step 1: rc 0, cluster/restarts >= 1, every sync within update.sync_tolerance;
+               s per stage
   rollout      TransformersRollout generation (bf16) on DocRead prompts: tokens/s for the tiny and the ~0.7B
                model; an update on its own generations (engine-trainer logprob mismatch), the verified
                weight sync (update.sync_tolerance)
@@ -41,11 +45,12 @@ from pathlib import Path
 
 from gpucheck.base import REPO, T0, Report, State
 from gpucheck.basic import check_env, check_faiss, check_imports, check_models, check_nccl, check_vllm
+from gpucheck.ray_path import check_ray
 from gpucheck.training import check_rollout, check_trainer, check_trainer_big
 from gpucheck.update import check_update
 
 CHECKS = {"env": check_env, "imports": check_imports, "models": check_models, "nccl": check_nccl,
-          "trainer": check_trainer, "rollout": check_rollout, "update": check_update,
+          "trainer": check_trainer, "ray": check_ray, "rollout": check_rollout, "update": check_update,
           "trainer_big": check_trainer_big, "faiss": check_faiss, "vllm": check_vllm}
 
 
