@@ -52,7 +52,8 @@ def test_train_on_ray_survives_killed_workers(tiny_model_dir, tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
-    # the steps pause after the first one until the kill below is done (a real run would not wait)
+    # the kill lands while step 2 runs or before it starts: either way the worker is found dead (a call fails or
+    # its pid changed at the next sync) and counted
     proc = subprocess.Popen([sys.executable, "-m", "sleuth.cli", *_args(tiny_model_dir, out, 3)], cwd=root, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = out / "metrics.jsonl"
