@@ -24,13 +24,6 @@ def test_a_set_without_a_value_is_refused(tmp_path):
     assert not (tmp_path / "ablate").exists()
 
 
-def test_an_arm_set_that_cannot_run_on_search_is_refused_before_anything_is_built(tmp_path):
-    proc = run("--env", "search", "--only", "info_gain/support", "--out", str(tmp_path / "ablate"))
-    assert proc.returncode == 2
-    assert "Left out: info_gain/support" in proc.stderr and "no arm of ['info_gain/support'] can run" in proc.stderr
-    assert not (tmp_path / "ablate").exists()  # no warm start built
-
-
 def test_an_unknown_arm_is_refused(tmp_path):
     proc = run("--only", "grpo,info_gain/gold_prob@lexical", "--out", str(tmp_path / "ablate"))
     assert proc.returncode == 2 and "unknown arm(s) ['info_gain/gold_prob@lexical']" in proc.stderr
