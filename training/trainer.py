@@ -16,9 +16,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +27,11 @@ import torch.distributed as dist
 
 from sleuth.agents.requests import WeightsGate
 from sleuth.agents.trajectory import Trajectory
-from sleuth.rewards.episodes import per_episode
 from sleuth.tasks.base import Task
 from sleuth.training import checkpoint
 from sleuth.training.agent_rollout import AgentRollouts
 from sleuth.training.async_rollout import RolloutStream
+from sleuth.training.collected import Collected
 from sleuth.training.config import ConfigError, TrainConfig, TrainingError, TrainingWarning, to_dict
 from sleuth.training.engine import (
     build_engine,
@@ -57,21 +55,6 @@ NO_SIGNAL_ADVICE = ("raise rollout.group_size or rollout.temperature, add a step
 
 class EpisodesFailedError(TrainingError):
     """Every episode of a step failed for infrastructure reasons: there is nothing to train on."""
-
-
-@dataclass
-class Collected:
-    """A step's rollouts on this rank, with the advantages the update trains on."""
-    kept: list[Trajectory]  # the trajectories the update trains on
-    seen: list[Trajectory]  # every trajectory sampled, failed ones included (metrics, the rollouts file)
-    advantages: list[np.ndarray] = field(default_factory=list)  # aligned with `kept`
-    estimator_metrics: dict[str, list[float]] = field(default_factory=dict)  # the estimator's, every round's
-    zero_var: Counter = field(default_factory=Counter)  # groups whose outcome rewards are all alike: correct / wrong
-    no_signal_groups: int = 0  # groups whose every advantage is 0 (what `zero_variance: drop | dynamic` leave out)
-    stream: dict[str, Any] | None = None  # what the rollout stream reports (None without one)
-    dropped_failed: int = 0  # groups left out because a member failed
-    reissued: int = 0  # of those, the tasks sampled once more in the same step
-    reward_s: float = 0.0  # seconds spent in the estimator
 
 
 class Trainer:
@@ -334,17 +317,13 @@ class Trainer:
                              max_staleness=rc.max_staleness, env_id=cfg.env, env_workers=rc.env_workers, gate=self.gate)
 
     def collect(self, step: int) -> Collected:
-        """This rank's trajectories for the update and their advantages: groups with a failed episode left
-        out; groups without a learning signal kept, dropped, or replaced by more sampling as configured
-        (`dynamic` also replaces the failed ones). A group has no signal when every advantage the estimator
-        gives its members is 0 — judged on the advantages, not the outcome rewards, so a group whose members
-        scored alike but read differently still trains under a step-reward estimator (`info_gain`, `gigpo`,
-        `gear_mix`). Every estimator sleuth ships is group-local, so advantages taken round by round are
-        the advantages of the whole step."""
+        """This rank's trajectories for the update and their advantages (`Collected`): groups without a
+        learning signal kept, dropped, or replaced by more sampling as configured; a group that lost an
+        episode to an infrastructure failure sampled once more (`dynamic` also replaces what is missing)."""
         from sleuth.rewards.base import groups
 
         rc = self.cfg.rollout
-        got = Collected([], [])
+        got = Collected(self.estimator, self.tasks_by_id, keep_no_signal=rc.zero_variance == "keep")
         rounds = rc.dynamic_max_rounds if rc.zero_variance == "dynamic" else 1
         for round_ in range(rounds):
             if self.stream is not None:
@@ -354,53 +333,13 @@ class Trainer:
             else:
                 chosen = [self.tasks[i] for i in self.sampler.take(rc.tasks_per_step)[self.rank::self.world]]
                 trajs = self._rollout_round(step, round_, chosen)
-            failed = self._take(got, trajs)
+            failed = got.take(trajs)
             if failed and self.stream is None:  # an infrastructure failure: those tasks are sampled once more
                 got.reissued += len(failed)
-                self._take(got, self._rollout_round(step, round_, failed, reissue=True))
+                got.take(self._rollout_round(step, round_, failed, reissue=True))
             if rc.zero_variance != "dynamic" or all_sum(len(groups(got.kept))) >= rc.tasks_per_step:
                 break
         return got
-
-    def _take(self, got: Collected, trajs: list[Trajectory]) -> list[Task]:
-        """A round's trajectories into `got`; the tasks of the groups left out for a failed episode."""
-        from sleuth.rewards.base import groups
-
-        got.seen += trajs
-        whole, failed = [], []
-        for idx in groups(trajs).values():
-            if any(trajs[i].failed for i in idx):  # its baseline would be over the survivors only
-                got.dropped_failed += 1
-                failed.append(self.tasks_by_id[trajs[idx[0]].task_id])
-            else:
-                whole.append([trajs[i] for i in idx])
-        self._judge(got, whole)
-        return failed
-
-    def _judge(self, got: Collected, whole: list[list[Trajectory]]) -> None:
-        """Advantages for a round's intact groups; keep each group unless it has no learning signal and
-        `rollout.zero_variance` leaves such groups out."""
-        flat = [t for g in whole for t in g]
-        if not flat:
-            return
-        t0 = time.perf_counter()
-        est = per_episode(self.estimator, flat, self.tasks_by_id)  # an agent's segments: its episode's advantage
-        got.reward_s += time.perf_counter() - t0
-        for k, v in est.metrics.items():
-            got.estimator_metrics.setdefault(k, []).extend(v)
-        at = 0
-        for members in whole:
-            advs = est.values[at:at + len(members)]
-            at += len(members)
-            rewards = [t.reward for t in members]
-            if max(rewards) - min(rewards) < 1e-9:
-                got.zero_var["correct" if rewards[0] > 0 else "wrong"] += 1
-            if not any(np.asarray(a).size and float(np.abs(a).max()) > 1e-9 for a in advs):
-                got.no_signal_groups += 1
-                if self.cfg.rollout.zero_variance != "keep":
-                    continue
-            got.kept += members
-            got.advantages += list(advs)
 
     def _agent(self) -> AgentRollouts:
         """A user's agent through the gateway (`agent:` in the config) instead of an env."""

@@ -1,0 +1,78 @@
+"""A step's rollouts on one rank, sorted for the update: which groups train, with which advantages.
+
+A group with a failed episode (`Trajectory.failed`) never trains: its baseline would be over the survivors
+only. A group has no learning signal when every advantage the estimator gives its members is 0 — judged on
+the advantages, not the outcome rewards, so a group whose members scored alike but read differently still
+trains under a step-reward estimator (`info_gain`, `gigpo`, `gear_mix`); `keep_no_signal` says whether
+such groups train anyway (`rollout.zero_variance: keep`). Every estimator sleuth ships is group-local, so
+advantages taken round by round are the advantages of the whole step."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sleuth.agents.trajectory import Trajectory
+from sleuth.rewards.base import Estimator, groups
+from sleuth.rewards.episodes import per_episode
+from sleuth.tasks.base import Task
+
+
+@dataclass
+class Collected:
+    estimator: Estimator
+    tasks: Mapping[str, Task]  # by id
+    keep_no_signal: bool
+    kept: list[Trajectory] = field(default_factory=list)  # the trajectories the update trains on
+    seen: list[Trajectory] = field(default_factory=list)  # every one sampled, failed ones included
+    advantages: list[np.ndarray] = field(default_factory=list)  # aligned with `kept`
+    estimator_metrics: dict[str, list[float]] = field(default_factory=dict)  # the estimator's, every round's
+    zero_var: Counter = field(default_factory=Counter)  # groups whose outcome rewards are all alike: correct / wrong
+    no_signal_groups: int = 0  # groups whose every advantage is 0
+    stream: dict[str, Any] | None = None  # what the rollout stream reports (None without one)
+    dropped_failed: int = 0  # groups left out because a member failed
+    reissued: int = 0  # of those, the tasks sampled once more in the same step
+    reward_s: float = 0.0  # seconds spent in the estimator
+
+    def take(self, trajs: list[Trajectory]) -> list[Task]:
+        """A round's trajectories in; the tasks of its groups left out for a failed episode."""
+        self.seen += trajs
+        whole, failed = [], []
+        for idx in groups(trajs).values():
+            if any(trajs[i].failed for i in idx):
+                self.dropped_failed += 1
+                failed.append(self.tasks[trajs[idx[0]].task_id])
+            else:
+                whole.append([trajs[i] for i in idx])
+        self._judge(whole)
+        return failed
+
+    def _judge(self, whole: list[list[Trajectory]]) -> None:
+        """Advantages for a round's intact groups; each group kept unless it has no learning signal and such
+        groups are left out."""
+        flat = [t for g in whole for t in g]
+        if not flat:
+            return
+        t0 = time.perf_counter()
+        est = per_episode(self.estimator, flat, self.tasks)  # an agent's segments: its episode's advantage
+        self.reward_s += time.perf_counter() - t0
+        for k, v in est.metrics.items():
+            self.estimator_metrics.setdefault(k, []).extend(v)
+        at = 0
+        for members in whole:
+            advs = est.values[at:at + len(members)]
+            at += len(members)
+            rewards = [t.reward for t in members]
+            if max(rewards) - min(rewards) < 1e-9:
+                self.zero_var["correct" if rewards[0] > 0 else "wrong"] += 1
+            if not any(np.asarray(a).size and float(np.abs(a).max()) > 1e-9 for a in advs):
+                self.no_signal_groups += 1
+                if not self.keep_no_signal:
+                    continue
+            self.kept += members
+            self.advantages += list(advs)
