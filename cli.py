@@ -161,7 +161,8 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
 
     try:
         env_kwargs = _kv(args.env_arg)
-        print(f"serving {args.env} on http://{args.host}:{args.port} (at most {args.max_sessions} sessions)", flush=True)
+        print(f"serving {args.env} on http://{args.host}:{args.port} (at most {args.max_sessions} sessions)",
+              flush=True)
         serve(args.env, args.host, args.port, env_kwargs, args.max_sessions, args.session_timeout)
     except Exception as e:  # a bad env id or argument: say so instead of a traceback
         return _fail(f"cannot serve {args.env}: {type(e).__name__}: {e}")
@@ -250,9 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--verifier", required=True, help="qa, code, swe, or a plugin's verifier (e.g. the example's sql)")
     s.add_argument("--input", required=True, help="JSONL records in their data set's layout, each with a 'response'")
     s.add_argument("--out", required=True, help="JSONL: each record with 'score' and 'details' (never the input file)")
-    s.add_argument("--workers", type=bounded(int, 1), default=2, help="records scored in parallel (code, swe: sandbox runs)")
+    s.add_argument("--workers", type=bounded(int, 1), default=2,
+                   help="records scored in parallel (code, swe: sandbox runs)")
     s.add_argument("--no-extract", action="store_true",
-                   help="score the response as it is (default: the answer / program / patch in it, as every entry point does)")
+                   help="score the response as it is "
+                        "(default: the answer / program / patch in it, as every entry point does)")
     s.set_defaults(fn=cmd_score)
     ad = sub.add_parser("adapters", help="where the TRL / verl / OpenRLHF verifier adapters are (file paths)")
     ad.add_argument("--path", choices=["trl", "verl", "openrlhf"], help="print only this adapter's file")
@@ -290,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     en.add_argument("--host", default="127.0.0.1")
     en.add_argument("--port", type=bounded(int, 0), default=8002)
     en.add_argument("--max-sessions", type=bounded(int, 1), default=64)
-    en.add_argument("--session-timeout", type=bounded(float, 1), default=600.0, help="close sessions idle this long (s)")
+    en.add_argument("--session-timeout", type=bounded(float, 1), default=600.0,
+                    help="close sessions idle this long (s)")
     en.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
     en.set_defaults(fn=cmd_serve_env)
     v = sv.add_parser("verifier", help="serve a verifier over HTTP (POST /score, POST /get_reward, GET /health)")

@@ -105,8 +105,10 @@ def _run_training(args: argparse.Namespace, load: Callable[..., Any], trainer_cl
         rows = trainer.train()
     except ConfigError as e:  # found while building data (e.g. held-out questions in SFT data)
         return _refused(str(e))
-    except (TrainingError, WeightSyncError, ServerError, ClusterError) as e:  # every episode of a step failed, a rollout
-        return _stopped(e)  # server died or its weights could not be verified; the checkpoints so far stay
+    # every episode of a step failed, a rollout server died or its weights could not be verified;
+    # the checkpoints so far stay
+    except (TrainingError, WeightSyncError, ServerError, ClusterError) as e:
+        return _stopped(e)
     if trainer.rank == 0:
         from sleuth.training.metrics import plot_run
 
@@ -164,7 +166,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def add_training_parsers(sub: Any) -> None:
     """Register `train`, `sft` and `plot` on the `sleuth` subparsers."""
     for name, fn, help_, example in (
-            ("train", cmd_train, "train a policy with a YAML config (GRPO family on DeepSpeed ZeRO)", "rollout.group_size=8"),
+            ("train", cmd_train, "train a policy with a YAML config (GRPO family on DeepSpeed ZeRO)",
+             "rollout.group_size=8"),
             ("sft", cmd_sft, "supervised fine-tuning on trajectories (oracle, rejection sampling, files, chats)",
              "data.source=rejection")):
         t = sub.add_parser(name, help=help_)

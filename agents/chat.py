@@ -79,7 +79,8 @@ class ChatRenderer:
             pre, _, post = text.partition(_PROBE)
             post = post[: len(post) - len(self._generation_prompt)] if post.endswith(self._generation_prompt) else None
             probe = " \n<x> {{ y }} \n"
-            ok = post is not None and self._delta([{"role": role, "content": probe}]) == pre + probe + post + self._generation_prompt
+            ok = (post is not None
+                  and self._delta([{"role": role, "content": probe}]) == pre + probe + post + self._generation_prompt)
             self._wrappers[role] = (pre, post) if ok else None
         return self._wrappers[role]
 

@@ -156,8 +156,8 @@ class TransformersPolicy:
         if rest > 1:
             cols = slice(kept, kept + rest - 1)
             positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
-            self.model(input_ids=ids[:, cols], attention_mask=mask[:, :kept + rest - 1], position_ids=positions[:, cols],
-                       cache=cache, use_cache=True, logits_to_keep=1)
+            self.model(input_ids=ids[:, cols], attention_mask=mask[:, :kept + rest - 1],
+                       position_ids=positions[:, cols], cache=cache, use_cache=True, logits_to_keep=1)
         if len(distinct) < len(prompts):
             where = {d: k for k, d in enumerate(distinct)}
             index = torch.tensor([where[d] for d in rows], device=self.device)
@@ -186,7 +186,8 @@ class TransformersPolicy:
         for row, (prompt, gen) in enumerate(zip(prompts, gens, strict=True)):
             if not gen.ids:
                 continue
-            cols = torch.cat([mask[row].nonzero()[:, 0], torch.arange(width, width + len(gen.ids) - 1, device=mask.device)])
+            cols = torch.cat([mask[row].nonzero()[:, 0],
+                              torch.arange(width, width + len(gen.ids) - 1, device=mask.device)])
             entry = PrefixEntry(np.asarray(prompt + gen.ids[:-1]),
                                 [layer.keys[row].index_select(1, cols) for layer in cache.layers],
                                 [layer.values[row].index_select(1, cols) for layer in cache.layers])

@@ -100,7 +100,8 @@ class OpenAICompletionsPolicy:
             "temperature": max(s.temperature, 0.0), "top_p": s.top_p, "logprobs": 0,
             "return_tokens_as_token_ids": True, "skip_special_tokens": True,
         }
-        if s.seed is not None and self.send_seed:  # distinct per episode and turn: equal seeds would make a group's samples equal
+        # distinct per episode and turn: equal seeds would make a group's samples equal
+        if s.seed is not None and self.send_seed:
             sample = i if r.sample is None else r.sample
             body["seed"] = (s.seed * 1_000_003 + sample * 7919 + r.turn) % (2**31)
         return body
@@ -124,7 +125,8 @@ class OpenAICompletionsPolicy:
         lp = choice.get("logprobs") or {}
         tokens = lp.get("tokens")
         if tokens is None or any(not str(t).startswith("token_id:") for t in tokens):
-            raise ServerError("the server returned no token ids; it must support return_tokens_as_token_ids (vLLM does)")
+            raise ServerError("the server returned no token ids; "
+                              "it must support return_tokens_as_token_ids (vLLM does)")
         ids = [int(str(t).split(":", 1)[1]) for t in tokens]
         finish = "stop" if choice.get("finish_reason") == "stop" else "length"
         return Generation(ids=ids, logprobs=[float(x) for x in lp["token_logprobs"]],

@@ -90,7 +90,8 @@ def write_report(out: Path, summary: dict[str, Any], trajs: Sequence[Trajectory]
     lines = [f"# Evaluation: {summary['policy']} on {summary.get('env', '')}", "",
              f"Tasks `{summary.get('tasks', '')}`, harness `{summary.get('harness', '')}`, "
              f"wall time {summary['wall_time_s']} s.", "",
-             _table([{**summary, "policy": summary["policy"]}], columns([summary]), "policy"), "", "![report](report.png)", "",
+             _table([{**summary, "policy": summary["policy"]}], columns([summary]), "policy"), "",
+             "![report](report.png)", "",
              "## First episodes", ""]
     for t in [t for t in trajs if not t.failed][:3]:
         score = (t.verdict or {}).get("score", 0.0)
@@ -104,7 +105,8 @@ def write_report(out: Path, summary: dict[str, Any], trajs: Sequence[Trajectory]
         lines += ["", "## pass@k (unbiased estimator)", "", "| " + " | ".join(passes) + " |",
                   "|---" * len(passes) + "|", "| " + " | ".join(f"{v:.3f}" for v in passes.values()) + " |"]
     for field, groups in summary.get("breakdown", {}).items():
-        cols = [c for c in ("n", "score", "em", "f1", "support_recall", "all_passed") if c in next(iter(groups.values()))]
+        cols = [c for c in ("n", "score", "em", "f1", "support_recall", "all_passed")
+                if c in next(iter(groups.values()))]
         lines += ["", f"## By {field}", "", _table([{field: v, **m} for v, m in groups.items()], cols, field)]
     failed = [t for t in trajs if t.failed]
     if failed:

@@ -82,12 +82,14 @@ class Episode:
 
 
 class EpisodeScheduler:
-    def __init__(self, make_env: Callable[[], gymnasium.Env], tasks: Iterable[Task] | TaskFeed, renderer: ChatRenderer, *,
-                 concurrency: int, env_id: str, max_context: int, max_tokens: int, barrier: bool = False):
+    def __init__(self, make_env: Callable[[], gymnasium.Env], tasks: Iterable[Task] | TaskFeed,
+                 renderer: ChatRenderer, *, concurrency: int, env_id: str, max_context: int, max_tokens: int,
+                 barrier: bool = False):
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.make_env, self.renderer, self.env_id = make_env, renderer, env_id
-        self.concurrency, self.max_context, self.max_tokens, self.barrier = concurrency, max_context, max_tokens, barrier
+        self.concurrency, self.max_context, self.max_tokens, self.barrier = (
+            concurrency, max_context, max_tokens, barrier)
         self.feed = tasks if isinstance(tasks, TaskFeed) else TaskFeed(tasks)  # read lazily, as slots free
         self._ended = False
         self._admitted = 0

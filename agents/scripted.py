@@ -8,7 +8,8 @@ baselines a floor for both reading (support recall) and answering. The oracle kn
 it reads exactly the supporting documents and answers the gold answer; on Search it searches for and
 opens each supporting document by title; on SWE it replays the gold patch through the tools (read the
 hunk, edit, run the failing tests, submit); on Code (or any env with a `submit` / `answer` tool) it
-hands the task's reference answer to that tool. Either way it must score 1.0, which tests env, harness round-trip and verifier together."""
+hands the task's reference answer to that tool. Either way it must score 1.0, which tests env, harness
+round-trip and verifier together."""
 
 from __future__ import annotations
 

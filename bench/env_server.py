@@ -60,11 +60,14 @@ def main() -> None:
     lines = [f"{EPISODES} DocRead episodes (scripted oracle), {CONCURRENCY} at once.", "",
              "| where | episodes/s | step p50 ms | step p99 ms | p99 / p50 | lost | not solved |",
              "|---|---|---|---|---|---|---|",
-             f"| in process | {local['eps']:.0f} | {local['p50']:.3f} | {local['p99']:.3f} | {local['p99'] / local['p50']:.1f} | {local['lost']} | {local['failed']} |",
-             f"| two env servers over HTTP | {remote['eps']:.0f} | {remote['p50']:.2f} | {remote['p99']:.2f} | {remote['p99'] / remote['p50']:.1f} | "
+             f"| in process | {local['eps']:.0f} | {local['p50']:.3f} | {local['p99']:.3f} | "
+             f"{local['p99'] / local['p50']:.1f} | {local['lost']} | {local['failed']} |",
+             f"| two env servers over HTTP | {remote['eps']:.0f} | {remote['p50']:.2f} | {remote['p99']:.2f} | "
+             f"{remote['p99'] / remote['p50']:.1f} | "
              f"{remote['lost']} | {remote['failed']} |",
              f"| two env servers, steps in {CONCURRENCY} threads (`env_workers`) | {threaded['eps']:.0f} | "
-             f"{threaded['p50']:.2f} | {threaded['p99']:.2f} | {threaded['p99'] / threaded['p50']:.1f} | {threaded['lost']} | {threaded['failed']} |", "",
+             f"{threaded['p50']:.2f} | {threaded['p99']:.2f} | {threaded['p99'] / threaded['p50']:.1f} | "
+             f"{threaded['lost']} | {threaded['failed']} |", "",
              f"Overhead: in-process episodes/s ÷ remote = {local['eps'] / remote['eps']:.1f}x steps in turn, "
              f"{local['eps'] / threaded['eps']:.1f}x steps in threads (the policy here is scripted and instant, so "
              "this is the HTTP cost alone; with a real model it hides behind generation)."]

@@ -92,7 +92,8 @@ def retokenise_per_turn(tasks, tokenizer) -> float:
         msgs = DocReadEnv().reset(options={"task": task})[1]["messages"]
         for turn in traj.turns:
             convos.append(list(msgs))
-            msgs = msgs + [{"role": "assistant", "content": turn.action_text}, {"role": "tool", "content": turn.observation}]
+            msgs = msgs + [{"role": "assistant", "content": turn.action_text},
+                           {"role": "tool", "content": turn.observation}]
     t0 = time.perf_counter()
     for msgs in convos:
         tokenizer.encode(tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True),
@@ -171,7 +172,8 @@ def main() -> None:
     distinct = load_tasks("hotpotqa:test", limit=200)
     grouped = [t for t in distinct[:25] for _ in range(8)]  # GRPO-style: 8 samples per task
     lines += ["", "Agent loop per turn (µs), scripted oracle policy, 200 episodes, concurrency 16:", "",
-              "| episodes | total | policy | env | render + tokenise (incremental, token-in/token-out) | loop's own Python | "
+              "| episodes | total | policy | env | render + tokenise (incremental, token-in/token-out) | "
+              "loop's own Python | "
               "alternative: re-render + re-tokenise the whole conversation | ratio alternative / ours (tokenising) |",
               "|---|---|---|---|---|---|---|---|"]
     from sleuth.agents.policy import load_tokenizer
@@ -181,7 +183,8 @@ def main() -> None:
         loop = loop_overhead(tasks)
         alt = retokenise_per_turn(tasks, tokenizer)
         lines.append(f"| {label} | {loop['total_us']:.0f} | {loop['policy_us']:.0f} | {loop['env_us']:.0f} | "
-                     f"{loop['tokenise_us']:.0f} | {loop['loop_us']:.0f} | {alt:.0f} | {alt / loop['tokenise_us']:.1f} |")
+                     f"{loop['tokenise_us']:.0f} | {loop['loop_us']:.0f} | {alt:.0f} | "
+                     f"{alt / loop['tokenise_us']:.1f} |")
     report = "\n".join(lines)
     publish("env_step", "Env step overhead", report)
 

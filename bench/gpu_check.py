@@ -90,7 +90,8 @@ def main() -> int:
 
     args.no_cuda_fallback = False
     if not args.cpu_smoke and not torch.cuda.is_available():
-        print("!!! torch sees no CUDA device: running the CPU smoke sizes instead (the env check will FAIL)", flush=True)
+        print("!!! torch sees no CUDA device: running the CPU smoke sizes instead (the env check will FAIL)",
+              flush=True)
         args.cpu_smoke = args.no_cuda_fallback = True
     if args.budget_s is None:
         args.budget_s = 600.0 if args.cpu_smoke else 300.0

@@ -89,7 +89,8 @@ def main() -> None:
              f"steps 2–{STEPS} (step 1 is a warm-up); each arm in a fresh process."
              + ("" if "recipe" in results else " No AMX-BF16 here: `engine.dtype: auto` is fp32, so the recipe "
                 "as configured is the `recipe, fp32` arm."), "",
-             "| arm | dtype | CPU s / step | wall s / step | update share of wall | episodes / CPU-min | ratio vs switches off | engine–trainer mean |Δlogp| |",
+             "| arm | dtype | CPU s / step | wall s / step | update share of wall | episodes / CPU-min | "
+             "ratio vs switches off | engine–trainer mean |Δlogp| |",
              "|---|---|---|---|---|---|---|---|"]
     base = None
     for name, res in results.items():

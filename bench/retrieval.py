@@ -167,7 +167,8 @@ def main() -> None:
                      f"{r['qps_single']:.0f} | {r['qps_batched']:.0f} | {memory} |")
     fast, slow = rows["BM25 (bm25s)"], rows["BM25 (rank_bm25)"]
     lines += ["", f"bm25s / rank-bm25 queries/s, same corpus, same tokens, same queries: "
-              f"{fast['qps_single'] / slow['qps_single']:.0f}x single, {fast['qps_batched'] / slow['qps_batched']:.0f}x batched."]
+              f"{fast['qps_single'] / slow['qps_single']:.0f}x single, "
+              f"{fast['qps_batched'] / slow['qps_batched']:.0f}x batched."]
     bm25_dir = OUT / "indexes" / "scifact-bm25"
     BM25Index(docs).save(bm25_dir)
     lines += ["", "Retrieval server (BM25, uvicorn, one process), 800 requests of one query, 32 at once:", "",

@@ -43,7 +43,8 @@ class Timed:
     longest member) + `per_request_s` × its batch size."""
 
     def __init__(self, inner: Any, per_call_s: float = 0.0, per_token_s: float = 0.0, per_request_s: float = 0.0):
-        self.inner, self.per_call_s, self.per_token_s, self.per_request_s = inner, per_call_s, per_token_s, per_request_s
+        self.inner, self.per_call_s, self.per_token_s, self.per_request_s = (
+            inner, per_call_s, per_token_s, per_request_s)
         self.name, self.tokenizer, self.max_context = inner.name, inner.tokenizer, inner.max_context
         self.parallel_calls = inner.parallel_calls
         self.busy_s, self.calls, self._active, self._since = 0.0, 0, 0, 0.0
@@ -96,7 +97,8 @@ ARMS = (("lock-step", True), ("continuous", False))
 
 
 def table(rows: list[tuple[str, dict[str, float]]], base: dict[str, float]) -> list[str]:
-    out = ["| engine · loop | wall s | episodes/min | vs first row | generated tok/s | prompt tok/s | engine busy | calls | turns |",
+    out = ["| engine · loop | wall s | episodes/min | vs first row | generated tok/s | prompt tok/s | engine busy "
+           "| calls | turns |",
            "|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows:
         out.append(f"| {name} | {r['wall_s']:.1f} | {r['episodes_per_min']:.1f} | "
@@ -277,7 +279,8 @@ def main() -> None:
     parts = []
     for s in args.sections or sections:
         print(f"… {s}", flush=True)
-        lines = {"docread": lambda: docread(not args.no_vllm), "code": code, "swe": swe, "sim": lambda: sim(args.scale)}[s]()
+        lines = {"docread": lambda: docread(not args.no_vllm), "code": code, "swe": swe,
+                 "sim": lambda: sim(args.scale)}[s]()
         parts.append(f"## {s}\n\n" + "\n".join(lines))
         print(parts[-1], flush=True)
     publish("rollout_loop", "Rollouts: lock-step vs continuous agent loop", "\n\n".join(parts))

@@ -55,7 +55,8 @@ def main() -> None:
     rlimits = Sandbox(Limits(wall_s=30), isolation="rlimits")
     bare = bare_runner(sandbox.python)
     mbpp = load_tasks("mbpp")
-    realistic = [f"{t.answer}\n\n{t.payload['test_setup_code']}\n" + "\n".join(t.payload["test_list"]) for t in mbpp[:N]]
+    realistic = [f"{t.answer}\n\n{t.payload['test_setup_code']}\n" + "\n".join(t.payload["test_list"])
+                 for t in mbpp[:N]]
     workloads = {"trivial (print)": ["print(1)"] * N, "realistic (MBPP solution + tests)": realistic}
     lines = [f"Sandbox: isolation={sandbox.isolation}, a fresh uid per run: {bool(sandbox.setpriv)}, "
              f"interpreter {sandbox.python} -I -S", "",

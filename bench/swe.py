@@ -44,7 +44,8 @@ def med_ms(xs: list[float]) -> float:
 
 def workspace_rows(sets: list[str], reps: int) -> list[str]:
     cache = RepoCache()
-    rows = ["| package | files | hard links ms | copy ms | copy / hard links | env.reset ms |", "|---|---|---|---|---|---|"]
+    rows = ["| package | files | hard links ms | copy ms | copy / hard links | env.reset ms |",
+            "|---|---|---|---|---|---|"]
     env = sleuth.make("sleuth/SWE-v0")
     for name in sets:
         task = load_swe(name)[0]
@@ -67,7 +68,8 @@ def workspace_rows(sets: list[str], reps: int) -> list[str]:
 
 
 def latency_rows(sets: list[str], reps: int) -> list[str]:
-    rows = ["| package | run_tests (F2P) s | tests run | verifier (gold) s | F2P + P2P tests |", "|---|---|---|---|---|"]
+    rows = ["| package | run_tests (F2P) s | tests run | verifier (gold) s | F2P + P2P tests |",
+            "|---|---|---|---|---|"]
     verifier = SWEVerifier()
     for name in sets:
         task = load_swe(name)[0]
@@ -87,7 +89,8 @@ def latency_rows(sets: list[str], reps: int) -> list[str]:
 
 
 def build_rows(sets: list[str], n: int) -> list[str]:
-    rows = ["| package | tasks | wall s | tasks / minute | mutants tried | baseline tests |", "|---|---|---|---|---|---|"]
+    rows = ["| package | tasks | wall s | tasks / minute | mutants tried | baseline tests |",
+            "|---|---|---|---|---|---|"]
     for name in sets:
         spec = load_swe(name)[0].payload["sdist"]
         with tempfile.TemporaryDirectory() as tmp:
@@ -115,7 +118,8 @@ def agent_rows(sets: list[str]) -> list[str]:
                              SamplingParams(max_tokens=64), 4, "sleuth/SWE-v0", resume=False, env_workers=2,
                              progress=False)
                 res[pol] = (s["score"], time.perf_counter() - t)
-        rows.append(f"| {name} | {len(tasks)} | {res['oracle'][0]:.3f} | {res['noop'][0]:.3f} | {res['oracle'][1]:.0f} |")
+        rows.append(f"| {name} | {len(tasks)} | {res['oracle'][0]:.3f} | {res['noop'][0]:.3f} | "
+                    f"{res['oracle'][1]:.0f} |")
     return rows
 
 
@@ -129,7 +133,8 @@ def main() -> None:
     parts = ["## Workspace creation (episode reset)", *workspace_rows(sets, args.reps),
              "", "## Test and verifier latency (median)", *latency_rows(sets, args.reps)]
     if args.build_n:
-        parts += ["", f"## Task build throughput ({args.build_n} tasks, from a cold baseline)", *build_rows(sets, args.build_n)]
+        parts += ["", f"## Task build throughput ({args.build_n} tasks, from a cold baseline)",
+                  *build_rows(sets, args.build_n)]
     if args.all:
         parts += ["", "## Scripted agents on every shipped task", *agent_rows(sets)]
     publish("swe", "SWE env", "\n".join(parts))

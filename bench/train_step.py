@@ -184,7 +184,8 @@ def scored_head() -> list[str]:
     full_s, head_s = statistics.median(times["full"]), statistics.median(times["scored"])
     n_tok, n_scored = int(b.attention_mask.sum()), int(b.loss_mask[:, 1:].sum())
     return [f"Batch: {len(trajs)} real DocRead trajectories, {b.input_ids.numel()} positions ({n_tok} real), "
-            f"{n_scored} scored (policy tokens); T = 0.6, token-mean PPO loss + entropy bonus; medians of 3, alternating.", "",
+            f"{n_scored} scored (policy tokens); T = 0.6, token-mean PPO loss + entropy bonus; "
+            "medians of 3, alternating.", "",
             "| logits | s (forward + backward) | ratio vs full |", "|---|---|---|",
             f"| full (B, L, V), then the masked rows | {full_s:.2f} | 1.00 |",
             f"| head on the scored rows only (`ScoredForward`) | {head_s:.2f} | {head_s / full_s:.2f} |", "",
@@ -221,10 +222,12 @@ def inner_loop() -> list[str]:
     base = statistics.median(times[(1, 1)])
     rows = [f"Batch: {len(trajs)} real DocRead trajectories, {n_tok} tokens; ZeRO-2, lr 1e-5, ppo clip 0.2/0.28; "
             "π_old recomputed once per rollout batch (a no-grad forward) whenever there is more than one step.", "",
-            "| epochs × mini-batches | optimizer steps | s/update | ratio vs 1 × 1 | clip fraction |", "|---|---|---|---|---|"]
+            "| epochs × mini-batches | optimizer steps | s/update | ratio vs 1 × 1 | clip fraction |",
+            "|---|---|---|---|---|"]
     for epochs, mini in shapes:
         s_ = statistics.median(times[(epochs, mini)])
-        rows.append(f"| {epochs} × {mini} | {epochs * mini} | {s_:.2f} | {s_ / base:.2f} | {clip[(epochs, mini)]:.4f} |")
+        rows.append(f"| {epochs} × {mini} | {epochs * mini} | {s_:.2f} | {s_ / base:.2f} | "
+                    f"{clip[(epochs, mini)]:.4f} |")
     return rows
 
 

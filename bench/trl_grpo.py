@@ -68,9 +68,11 @@ def sleuth_arm(zero_stage: int, share_prefix: bool = True, dtype: str = "fp32") 
 
     init_distributed()
     path = resolve_model("smollm2")
-    engine = build_engine(AutoModelForCausalLM.from_pretrained(path), EngineConfig(zero_stage=zero_stage, lr=LR, dtype=dtype))
+    engine = build_engine(AutoModelForCausalLM.from_pretrained(path),
+                          EngineConfig(zero_stage=zero_stage, lr=LR, dtype=dtype))
     tok = AutoTokenizer.from_pretrained(path)
-    probe = tok.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True, return_dict=False)
+    probe = tok.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True,
+                                    return_dict=False)
     rollout = TransformersRollout(path, "cpu", engine.module.dtype, probe, 1e-3, max_batch=PROMPTS * GROUP)
     rollout.policy.stop_ids = [-1]  # no stop token: every completion is exactly TOKENS long, as on TRL's side
     updater = PolicyUpdater(engine, LossConfig(), tok.pad_token_id or 0, micro_batch_tokens=1 << 20,
@@ -83,7 +85,8 @@ def sleuth_arm(zero_stage: int, share_prefix: bool = True, dtype: str = "fp32") 
         batch = qs[step * PROMPTS:(step + 1) * PROMPTS]
         reqs, trajs = [], []
         for _, text, _ in batch:
-            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, return_dict=False)
+            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                          return_dict=False)
             reqs += [Request(prompt_ids=list(ids), messages=[], task=None)] * GROUP
         gens = rollout.policy.generate(reqs, SamplingParams(temperature=1.0, max_tokens=TOKENS, seed=step))
         for k, g in enumerate(gens):
@@ -170,7 +173,8 @@ def main() -> None:
     rows = ["| arm | wall s / step | CPU s / step | vs TRL (CPU s) | completion tokens / step | peak RSS GB |",
             "|---|---|---|---|---|---|"]
     names = {"trl": "TRL GRPOTrainer", "sleuth-zero2": "sleuth, ZeRO-2 (default)", "sleuth-zero0": "sleuth, ZeRO-0",
-             "sleuth-zero2-unshared": "sleuth, ZeRO-2, each member's prompt in the update (`update.share_prefix: false`)",
+             "sleuth-zero2-unshared":
+                 "sleuth, ZeRO-2, each member's prompt in the update (`update.share_prefix: false`)",
              "trl-bf16": "TRL GRPOTrainer, `bf16=True` (on the CPU: fp32 weights, bf16 autocast)",
              "sleuth-zero0-bf16": "sleuth, ZeRO-0, `engine.dtype: bf16` (bf16 weights, fp32 masters; engine in bf16)"}
     for arm, r in results.items():

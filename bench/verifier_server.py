@@ -28,7 +28,8 @@ def records(name: str) -> list[dict]:
 
 def hammer(url: str, recs: list[dict]) -> dict[str, float]:
     """CLIENTS threads sharing one pooled httpx client, as the agent loop's env workers call a server."""
-    client = httpx.Client(base_url=url, timeout=60, limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
+    client = httpx.Client(base_url=url, timeout=60,
+                          limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
 
     def score(i: int) -> None:
         r = client.post("/score", json={"records": [recs[i % len(recs)]]})
@@ -43,7 +44,8 @@ def hammer(url: str, recs: list[dict]) -> dict[str, float]:
 
 def main() -> None:
     lines = [f"{CLIENTS} concurrent clients, {REQUESTS} requests of one record each, server with 2 workers.", "",
-             "| verifier | server req/s | p50 ms | p99 ms | p99 / p50 | errors | in-process records/s | ratio in-process/server |",
+             "| verifier | server req/s | p50 ms | p99 ms | p99 / p50 | errors | in-process records/s | "
+             "ratio in-process/server |",
              "|---|---|---|---|---|---|---|---|"]
     for name in ("qa", "code"):
         recs = records(name)
@@ -54,7 +56,8 @@ def main() -> None:
         local = n / (time.perf_counter() - start)
         with subprocess_server(["verifier", "--name", name, "--workers", "2"]) as (url, _):
             res = hammer(url, recs)
-        lines.append(f"| {name} | {res['rps']:.0f} | {res['p50_ms']:.1f} | {res['p99_ms']:.1f} | {res['tail']:.1f} | {res['errors']} | "
+        lines.append(f"| {name} | {res['rps']:.0f} | {res['p50_ms']:.1f} | {res['p99_ms']:.1f} | {res['tail']:.1f} | "
+                     f"{res['errors']} | "
                      f"{local:.0f} | {local / res['rps']:.2f} |")
     report = "\n".join(lines)
     publish("verifier_server", "Verifier server load test", report)

@@ -11,6 +11,7 @@ from sleuth.envs.tools import Tool, ToolError, ToolResult, make_tool, tool
 from sleuth.verifiers.extract import extract_code
 
 __all__ = [
-    "ToolEnv", "QAEnv", "TextSpace", "DocReadEnv", "CodeEnv", "extract_code", "Harness", "JSONParser", "TextParser", "ToolCall", "ParseResult",
+    "ToolEnv", "QAEnv", "TextSpace", "DocReadEnv", "CodeEnv", "extract_code", "Harness", "JSONParser", "TextParser",
+    "ToolCall", "ParseResult",
     "get_parser", "make", "register", "registered", "Tool", "ToolError", "ToolResult", "make_tool", "tool",
 ]

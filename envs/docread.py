@@ -1,6 +1,7 @@
 """DocRead (`sleuth/DocRead-v0`): the CIGPO setting. The agent sees a question and the titles of its
 candidate paragraphs (10 for HotpotQA distractor, 20 for MuSiQue), reads up to `budget` of them (3 by
-default), and answers. `info` records every read: its turn, the document, whether it is gold, whether it is a re-read."""
+default), and answers. `info` records every read: its turn, the document, whether it is gold, whether it is a
+re-read."""
 
 from __future__ import annotations
 

@@ -118,7 +118,8 @@ class JSONParser(ToolCallParser):
         candidate = (fenced.group(1) if fenced else text).strip()
         if candidate.startswith(("{", "[")):
             return _calls_from_json(candidate)
-        return ParseResult(error="no tool call found: reply with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>")
+        return ParseResult(error="no tool call found: reply with "
+                                 "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>")
 
     def render(self, call: ToolCall) -> str:
         return "<tool_call>\n" + json.dumps(call.to_dict(), ensure_ascii=False) + "\n</tool_call>"

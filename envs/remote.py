@@ -1,5 +1,5 @@
-"""`RemoteEnv` (and `AsyncRemoteEnv`): a gymnasium.Env whose episodes run on an env server (`sleuth serve env`), so envs too
-heavy for the trainer's machine run elsewhere. `url` may list several servers (comma-separated): each
+"""`RemoteEnv` (and `AsyncRemoteEnv`): a gymnasium.Env whose episodes run on an env server (`sleuth serve env`),
+so envs too heavy for the trainer's machine run elsewhere. `url` may list several servers (comma-separated): each
 RemoteEnv takes the next one, round robin, so the agent loop spreads its episodes over them.
 
 `tasks=[...]` works as for the built-in envs: a reset without `options={"task": ...}` draws one of them

@@ -107,7 +107,8 @@ class SearchEnv(QAEnv):
             doc = self.retriever.get(h.id)
             text = doc.text if doc else ""
             snippet = text[: self.snippet_chars] + ("..." if len(text) > self.snippet_chars else "")
-            lines.append(f"{rank}. [{h.id}] {snippet}" if doc and doc.title == h.id else f"{rank}. [{h.id}] {doc.title if doc else ''}: {snippet}")
+            lines.append(f"{rank}. [{h.id}] {snippet}" if doc and doc.title == h.id
+                         else f"{rank}. [{h.id}] {doc.title if doc else ''}: {snippet}")
         return "\n".join(lines)
 
     @tool

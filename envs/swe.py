@@ -156,7 +156,8 @@ class SWEEnv(ToolEnv):
         if grep is None:
             raise ToolError("search is unavailable: grep is not installed")
         # grep, not Python's re: its matcher has no catastrophic backtracking, and a timeout bounds the rest
-        cmd = [grep, "-rnIE", "--exclude-dir=__pycache__", "-e", pattern, "--", self._rel(p) if p != self.ws.resolve() else "."]
+        cmd = [grep, "-rnIE", "--exclude-dir=__pycache__", "-e", pattern, "--",
+               self._rel(p) if p != self.ws.resolve() else "."]
         try:
             r = subprocess.run(cmd, cwd=self.ws, capture_output=True, text=True, timeout=10)
         except subprocess.TimeoutExpired:

@@ -11,9 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-_JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
+_JSON_TYPES: dict[Any, str] = {
+    str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object",
+}
 _PY_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "array": (list,), "object": (dict,),
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "array": (list,),
+    "object": (dict,),
 }
 
 
@@ -44,7 +47,8 @@ class Tool:
 
     def schema(self) -> dict[str, Any]:
         """OpenAI function-calling schema."""
-        return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+        return {"type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
 
     def check_arguments(self, args: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
         """Validate (and leniently coerce) arguments. Returns (arguments, error message or None)."""
@@ -60,7 +64,8 @@ class Tool:
             value, ok = _coerce(value, props[key].get("type"))
             if not ok:
                 want = props[key].get("type")
-                return args, f"argument {key!r} of tool {self.name!r} must be {want}, got {type(value).__name__} {value!r:.60}"
+                return args, (f"argument {key!r} of tool {self.name!r} must be {want}, "
+                              f"got {type(value).__name__} {value!r:.60}")
             out[key] = value
         return out, None
 
@@ -91,7 +96,8 @@ def _coerce(value: Any, json_type: str | list[str] | None) -> tuple[Any, bool]:
         except ValueError:  # more digits than Python converts (4300): no index or count is that long
             return value, False
     for kind in kinds:
-        if isinstance(value, _PY_TYPES.get(kind, ())) and not (kind in ("integer", "number") and isinstance(value, bool)):
+        if isinstance(value, _PY_TYPES.get(kind, ())) and not (kind in ("integer", "number")
+                                                               and isinstance(value, bool)):
             return value, True
     if isinstance(value, str):
         s = value.strip()

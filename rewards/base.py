@@ -161,7 +161,8 @@ def per_turn(traj: Trajectory, values: Sequence[float]) -> np.ndarray:
     """Turn-level advantages (one per turn) broadcast over each turn's action tokens."""
     if len(values) != len(traj.turns):
         raise ValueError(f"{len(values)} turn values for {len(traj.turns)} turns")
-    return np.concatenate([np.full(len(t.action_ids), v, dtype=np.float64) for t, v in zip(traj.turns, values, strict=True)]
+    return np.concatenate([np.full(len(t.action_ids), v, dtype=np.float64)
+                           for t, v in zip(traj.turns, values, strict=True)]
                           or [np.zeros(0)])
 
 

@@ -89,7 +89,8 @@ class LLMJudge:
         reqs = []
         for turn in traj.turns[:-1]:
             msgs = [{"role": "user", "content": JUDGE_PROMPT.format(
-                question=task.question, answer=task.answer, step=f"{turn.action_text}\n---\n{turn.observation[:1500]}")}]
+                question=task.question, answer=task.answer,
+                step=f"{turn.action_text}\n---\n{turn.observation[:1500]}")}]
             reqs.append(Request(self.renderer.prompt_ids(msgs), msgs, task))
         return [_parse_judgement(g.text) for g in self.policy.generate(reqs, self.sampling)] if reqs else []
 

@@ -103,7 +103,8 @@ class InfoGain(Estimator):
 
     def check_policy(self, tokenizer: Any) -> None:
         """A reader that becomes a snapshot of the policy must be the policy's architecture and vocabulary."""
-        if self.reader is not None and self.refresh_every and self.reader.tokenizer.get_vocab() != tokenizer.get_vocab():
+        if (self.reader is not None and self.refresh_every
+                and self.reader.tokenizer.get_vocab() != tokenizer.get_vocab()):
             raise ValueError("info_gain refresh_every > 0 loads the policy's weights into the reader, but the reader's "
                              "tokenizer is not the policy's: name the policy's model as the reader")
 
@@ -143,7 +144,8 @@ class InfoGain(Estimator):
     def _support_rewards(traj: Trajectory, task: Any) -> list[float]:
         gold = set(task.payload.get("supporting", []))
         if not gold:
-            raise ValueError(f"info_gain variant 'support' needs the task's supporting titles; task {task.id!r} has none")
+            raise ValueError(f"info_gain variant 'support' needs the task's supporting titles; "
+                             f"task {task.id!r} has none")
         rewards = [0.0] * len(traj.turns)
         for turn, text in read_documents(traj):
             read = traj.turns[turn].read

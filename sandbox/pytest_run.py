@@ -49,7 +49,8 @@ def check_selectors(selectors: Sequence[str]) -> list[str]:
             continue
         s = s.strip()
         if s.startswith("-") or "\x00" in s:
-            raise ValueError(f"not a test selector: {s!r} (give test paths or node ids such as tests/test_x.py::test_y)")
+            raise ValueError(f"not a test selector: {s!r} "
+                             "(give test paths or node ids such as tests/test_x.py::test_y)")
         out.append(s)
     return out
 

@@ -96,7 +96,8 @@ class Sandbox:
                 start = time.perf_counter()
                 proc = subprocess.Popen(
                     [*self._limits_prefix(lim, uid), *self._command(argv, work, uid, binds, cwd)],
-                    cwd=start_dir, env={**self._env(work), **extra_env}, stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True,
+                    cwd=start_dir, env={**self._env(work), **extra_env}, stdin=subprocess.PIPE, stdout=out, stderr=err,
+                    start_new_session=True,
                 )
                 # A timer thread kills the run at the deadline, so waiting is one blocking waitpid
                 # (Popen.wait(timeout=...) polls with sleeps: ~25 ms lost per run).
@@ -187,7 +188,8 @@ class Sandbox:
         prefix = os.path.realpath(os.path.dirname(os.path.dirname(self.python)))
         if not prefix.startswith("/usr"):  # e.g. a pyenv build: show only its own tree
             cmd += ["--ro-bind", prefix, prefix]
-        cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm", "--perms", "1777", "--tmpfs", "/tmp", "--bind", str(work), "/work"]
+        cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm",
+                "--perms", "1777", "--tmpfs", "/tmp", "--bind", str(work), "/work"]
         for host, inside in binds:
             cmd += ["--ro-bind", host, inside]
         cmd += ["--chdir", "/work/" + cwd if cwd else "/work"]

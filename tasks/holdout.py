@@ -59,7 +59,8 @@ def check_tasks(train: Sequence[Task], held_out: Sequence[Task], what: str) -> N
     questions = {normalise_question(t.question): t for t in held_out if t.question.strip()}
     bad = [t.id for t in train if t.id in ids or normalise_question(t.question) in questions]
     if bad:
-        raise LeakageError(f"{what}: {len(bad)} task(s) are held-out evaluation tasks (e.g. {', '.join(bad[:_SHOWN])}); "
+        raise LeakageError(f"{what}: {len(bad)} task(s) are held-out evaluation tasks "
+                           f"(e.g. {', '.join(bad[:_SHOWN])}); "
                            "remove them from the training data")
 
 

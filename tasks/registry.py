@@ -128,7 +128,8 @@ def unique_tasks(tasks: list[Task], spec: str, dedupe: bool = False) -> list[Tas
         named = ", ".join(f"{i!r} ×{n}" for i, n in list(repeated.items())[:5])
         more = f" and {len(repeated) - 5} more" if len(repeated) > 5 else ""
         raise DuplicateTaskIdError(f"{spec}: {len(repeated)} task ids occur more than once ({named}{more}); give "
-                                   "each task its own id, or pass --dedupe (dedupe=True) to keep the first task of each id")
+                                   "each task its own id, or pass --dedupe (dedupe=True) "
+                                   "to keep the first task of each id")
     kept, first = [], set()
     for t in tasks:
         if t.id not in first:

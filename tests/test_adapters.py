@@ -67,7 +67,8 @@ def test_trl_grpo_trainer_runs_with_our_verifier_as_reward(tmp_path):
     logged = [h for h in trainer.state.log_history if "rewards/sleuth_qa/mean" in h]
     assert len(calls) == 1 and len(logged) == 1
     completions, answers, scores = calls[0]
-    direct = [QAVerifier()({"answer": a}, c[0]["content"].strip()).score for c, a in zip(completions, answers, strict=True)]
+    direct = [QAVerifier()({"answer": a}, c[0]["content"].strip()).score
+              for c, a in zip(completions, answers, strict=True)]
     assert scores == direct and len(scores) == 4
     assert logged[0]["rewards/sleuth_qa/mean"] == pytest.approx(sum(scores) / 4, abs=1e-6)
 
@@ -117,7 +118,8 @@ def test_verl_itself_loads_and_calls_the_adapter(data_dir, tmp_path):
          "ground_truth": json.dumps({k: mbpp[k] for k in ("test_list", "test_setup_code")})},
         {"prompt": "Fix the bug.", "response": f"```diff\n{swe['patch']}```", "data_source": "swe/toolz",
          "ground_truth": json.dumps(swe)},
-        {"prompt": "Fix the bug.", "response": "I give up.", "data_source": "swe/toolz", "ground_truth": json.dumps(swe)},
+        {"prompt": "Fix the bug.", "response": "I give up.", "data_source": "swe/toolz",
+         "ground_truth": json.dumps(swe)},
     ]
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"tokenizer": str(resolve_model("smollm2")), "adapter": str(ADAPTERS / "verl.py"),

@@ -172,7 +172,8 @@ def test_a_partial_rollout_records_both_versions_and_the_loss_uses_each_turns_lo
     old = torch.full_like(b.sampling_logprobs, -1.5)
     w = importance_weights(old, b.sampling_logprobs, b.loss_mask, "tis", "token", float("inf")).weight[on]
     n0 = sum(len(t.action_ids) for t in traj.turns[:2])
-    assert torch.allclose(w[:n0], torch.tensor(float(np.exp(-0.5)))) and torch.allclose(w[n0:], torch.tensor(float(np.exp(0.5))))
+    assert (torch.allclose(w[:n0], torch.tensor(float(np.exp(-0.5))))
+            and torch.allclose(w[n0:], torch.tensor(float(np.exp(0.5)))))
 
 
 def _cfg(tiny_model_dir, out, **over):

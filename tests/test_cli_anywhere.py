@@ -61,7 +61,8 @@ def test_eval_help_lists_every_policy_and_harness(tmp_path):
 
 
 def test_an_unwritable_out_is_one_line(tmp_path):
-    r = run(["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--limit", "1", "--out", "/proc/sleuth/x"], tmp_path)
+    r = run(["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--limit", "1", "--out", "/proc/sleuth/x"],
+            tmp_path)
     assert r.returncode == 2 and "cannot" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -74,8 +75,9 @@ def test_ctrl_c_exits_130_without_a_traceback_and_keeps_finished_episodes(tmp_pa
     # is reset to its default in the child: a suite started in the background (`nohup`, `cmd &` without job
     # control) inherits it ignored, and Python then never raises KeyboardInterrupt.
     proc = subprocess.Popen([SLEUTH, "eval", "--tasks", "hotpotqa:train", "--policy", "oracle", "--concurrency", "1",
-                             "--samples", "40", "--temperature", "0.7", "--out", "out"], cwd=tmp_path, env=clean, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                             "--samples", "40", "--temperature", "0.7", "--out", "out"], cwd=tmp_path, env=clean,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     out = tmp_path / "out" / "trajectories.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 3):

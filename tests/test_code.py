@@ -76,7 +76,8 @@ def test_partial_credit_and_timeouts(mbpp):
     quick = CodeVerifier(per_test_s=0.5)
     partial = mbpp[0].answer.replace("return tc[m][n]", "return 8 if m == 2 else 0")
     v = quick(mbpp[0], partial)
-    assert v.score == pytest.approx(1 / 3) and v.details["passed"] == 1 and v.details["failure_kinds"] == {"assertion": 2}
+    assert (v.score == pytest.approx(1 / 3) and v.details["passed"] == 1
+            and v.details["failure_kinds"] == {"assertion": 2})
     v = quick(mbpp[0], "def min_cost(*a):\n    while True: pass")
     assert v.score == 0.0 and v.details["failure_kinds"] == {"timeout": 3}
 
@@ -85,7 +86,8 @@ def test_partial_credit_and_timeouts(mbpp):
     "reply, code",
     [
         ("```python\ndef f():\n    return 1\n```", "def f():\n    return 1"),
-        ("Here:\n```py\nprint(1)\n```\nand the solution\n```python\ndef g(x):\n    return x\n```\nDone.", "def g(x):\n    return x"),
+        ("Here:\n```py\nprint(1)\n```\nand the solution\n```python\ndef g(x):\n    return x\n```\nDone.",
+         "def g(x):\n    return x"),
         ("```\ndef h(): pass\n```", "def h(): pass"),
         ("```python\ndef k(): pass", "def k(): pass"),  # unclosed fence
         ("def plain(): pass", "def plain(): pass"),
@@ -139,7 +141,8 @@ def test_score_command_keeps_every_line(tmp_path, data_dir, capsys):
     lines = [json.dumps({**r, "response": r["code"] if i % 2 == 0 else "def nope(): pass"}) for i, r in enumerate(recs)]
     lines += ["{not json", json.dumps({"task_id": 9})]
     (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
-    assert main(["score", "--verifier", "code", "--input", str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "out.jsonl")]) == 0
+    assert main(["score", "--verifier", "code", "--input", str(tmp_path / "in.jsonl"),
+                 "--out", str(tmp_path / "out.jsonl")]) == 0
     out = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [o["score"] for o in out] == [1.0, 0.0, 1.0, 0.0, None, None]
     assert "not valid JSON" in out[4]["error"] and "no string 'response'" in out[5]["error"]
@@ -151,9 +154,12 @@ def test_score_command_keeps_every_line(tmp_path, data_dir, capsys):
 def test_score_command_qa_and_bad_input(tmp_path, data_dir):
     rec = json.loads((data_dir / "hotpotqa" / "test.jsonl").read_text().splitlines()[0])
     nq = {"question": "q", "answer": ["Paris", "City of Paris"], "response": "the city of paris"}
-    (tmp_path / "qa.jsonl").write_text(json.dumps({**rec, "response": "Denise Levertov"}) + "\n\n" + json.dumps(nq) + "\n")
-    assert main(["score", "--verifier", "qa", "--input", str(tmp_path / "qa.jsonl"), "--out", str(tmp_path / "o.jsonl")]) == 0
+    (tmp_path / "qa.jsonl").write_text(json.dumps({**rec, "response": "Denise Levertov"}) + "\n\n"
+                                       + json.dumps(nq) + "\n")
+    assert main(["score", "--verifier", "qa", "--input", str(tmp_path / "qa.jsonl"),
+                 "--out", str(tmp_path / "o.jsonl")]) == 0
     out = [json.loads(x) for x in (tmp_path / "o.jsonl").read_text().splitlines()]
     assert [o["score"] for o in out] == [1.0, None, 1.0]  # output line N is input line N, a blank one too
     assert out[1] == {"line": 2, "score": None, "error": "a blank line holds no record"}
-    assert main(["score", "--verifier", "qa", "--input", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "x")]) == 2
+    assert main(["score", "--verifier", "qa", "--input", str(tmp_path / "missing.jsonl"),
+                 "--out", str(tmp_path / "x")]) == 2

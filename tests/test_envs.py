@@ -57,7 +57,8 @@ def test_answer_scores_f1_and_support_recall(env):
     env.step(call("read", doc=4))
     obs, reward, term, trunc, info = env.step(call("answer", text="Levertov"))
     assert term and not trunc and reward == pytest.approx(2 / 3)
-    assert info["verdict"]["details"] == {"em": 0.0, "f1": pytest.approx(2 / 3), "prediction": "Levertov", "support_recall": 0.5}
+    assert info["verdict"]["details"] == {"em": 0.0, "f1": pytest.approx(2 / 3), "prediction": "Levertov",
+                                          "support_recall": 0.5}
     with pytest.raises(RuntimeError, match="reset"):
         env.step(call("answer", text="x"))
 
@@ -241,6 +242,7 @@ def test_read_by_title_matches_a_title_ending_in_a_period(hotpot_tasks):
     docs[3]["title"] = "Joseph Seamon Cotter Sr."
     env = sleuth.make("DocRead-v0", harness="text")
     env.reset(options={"task": replace(task, payload={**task.payload, "docs": docs})})
-    for action in ("read Joseph Seamon Cotter Sr.", "read  joseph seamon  cotter sr", 'read "Joseph Seamon Cotter Sr."'):
+    for action in ("read Joseph Seamon Cotter Sr.", "read  joseph seamon  cotter sr",
+                   'read "Joseph Seamon Cotter Sr."'):
         _, _, _, _, info = env.step(action)
         assert info["read"]["doc"] == 3, action

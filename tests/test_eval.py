@@ -33,7 +33,8 @@ def test_interrupted_run_resumes_without_duplicates(tmp_path):
 
 def test_several_policies_and_harnesses_give_a_comparison(tmp_path, capsys):
     assert run_eval(tmp_path, "--policy", "oracle,first-k", "--harness", "json,text", "--limit", "4") == 0
-    assert {p.name for p in tmp_path.iterdir() if p.is_dir()} == {"oracle-json", "oracle-text", "first-k-json", "first-k-text"}
+    assert {p.name for p in tmp_path.iterdir() if p.is_dir()} == {"oracle-json", "oracle-text", "first-k-json",
+                                                                  "first-k-text"}
     table = (tmp_path / "comparison.md").read_text()
     assert "| oracle-text | 4 | 1.000 |" in table
     assert "held-out evaluation" in capsys.readouterr().out

@@ -64,7 +64,8 @@ def test_the_full_logits_switch_runs_the_head_everywhere_for_the_same_numbers(ti
     results = []
     for full in (False, True):
         seen = []
-        hook = model.get_output_embeddings().register_forward_hook(lambda m, i, o, seen=seen: seen.append(i[0].shape[:-1]))
+        hook = model.get_output_embeddings().register_forward_hook(
+            lambda m, i, o, seen=seen: seen.append(i[0].shape[:-1]))
         fwd = ScoredForward(model, model, temperature=0.7, packed=packed, full_logits=full)
         lp, ent = fwd(ids, attn, mask).logprobs(ids, mask, with_entropy=True)
         hook.remove()

@@ -59,8 +59,8 @@ def test_a_shared_prompt_is_prefilled_once_and_samples_as_if_it_were_not(tiny_mo
     for share in (False, True):
         policy = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=8, share_prefill=share)
         widths = []
-        hook = policy.model.register_forward_pre_hook(lambda m, a, kw, widths=widths: widths.append(kw["input_ids"].shape),
-                                                      with_kwargs=True)
+        hook = policy.model.register_forward_pre_hook(
+            lambda m, a, kw, widths=widths: widths.append(kw["input_ids"].shape), with_kwargs=True)
         runs[share] = policy.generate([Request(prompt_ids=p, messages=[], task=None) for p in prompts], sampling)
         hook.remove()
         if share:  # the first forward: 3 distinct prompts, all but the last column; generate then goes on from it
@@ -70,7 +70,8 @@ def test_a_shared_prompt_is_prefilled_once_and_samples_as_if_it_were_not(tiny_mo
     for plain, shared, prompt in zip(runs[False], runs[True], prompts, strict=True):
         assert shared.ids == plain.ids
         assert shared.logprobs == pytest.approx(plain.logprobs, abs=1e-5)
-        assert shared.logprobs == pytest.approx(_teacher_forced(policy, prompt, shared.ids, temperature or 1.0), abs=1e-4)
+        assert shared.logprobs == pytest.approx(_teacher_forced(policy, prompt, shared.ids, temperature or 1.0),
+                                                abs=1e-4)
     if temperature > 0:
         assert len({tuple(g.ids) for g in runs[True][:3]}) > 1  # the members still sample their own continuations
 
@@ -152,7 +153,8 @@ def test_a_prompt_sharing_part_of_a_kept_sequence_reuses_exactly_that_part(tiny_
 def test_a_prompt_that_is_not_token_ids_is_refused_clearly(tiny_model_dir, prompt):
     policy = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=4)
     with pytest.raises(ValueError, match="request 1: prompt_ids must be a non-empty list of token ids"):
-        policy.generate([Request(prompt_ids=[1, 2], messages=[], task=None), Request(prompt_ids=prompt, messages=[], task=None)],
+        policy.generate([Request(prompt_ids=[1, 2], messages=[], task=None),
+                         Request(prompt_ids=prompt, messages=[], task=None)],
                         SamplingParams(max_tokens=2))
 
 

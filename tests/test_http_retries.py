@@ -227,7 +227,8 @@ def test_a_server_that_starts_late_is_waited_for(hotpot_tasks):
 def test_a_dead_env_server_fails_with_the_same_error_after_bounded_retries():
     env = RemoteEnv(f"http://127.0.0.1:{free_port()}", retries=2, backoff_s=0.05, timeout=1)
     before, start = retry_counts(), time.monotonic()
-    with pytest.raises(RemoteEnvError, match=r"unreachable: POST /sessions: ConnectError: .*gave up after 3 tries") as e:
+    with pytest.raises(RemoteEnvError,
+                       match=r"unreachable: POST /sessions: ConnectError: .*gave up after 3 tries") as e:
         env.reset(options={"task": {"id": "x", "question": "q"}})
     assert retried("env", before) == 2 and time.monotonic() - start < 5
     assert "\n" not in str(e.value)

@@ -14,9 +14,11 @@ def calls(res):
 
 
 def test_hermes_blocks_with_and_without_closing_tag():
-    assert calls(J.parse('x <tool_call>{"name": "read", "arguments": {"doc": 3}}</tool_call> y', TOOLS)) == [("read", {"doc": 3})]
+    assert calls(J.parse('x <tool_call>{"name": "read", "arguments": {"doc": 3}}</tool_call> y', TOOLS)) == [
+        ("read", {"doc": 3})]
     assert calls(J.parse('<tool_call>\n{"name": "read", "arguments": {"doc": 3}}', TOOLS)) == [("read", {"doc": 3})]
-    two = '<tool_call>{"name":"read","arguments":{"doc":1}}</tool_call><tool_call>{"name":"read","arguments":{"doc":2}}</tool_call>'
+    two = ('<tool_call>{"name":"read","arguments":{"doc":1}}</tool_call>'
+           '<tool_call>{"name":"read","arguments":{"doc":2}}</tool_call>')
     assert len(J.parse(two, TOOLS).calls) == 2
 
 
@@ -24,7 +26,8 @@ def test_openai_style_json_calls():
     fn = {"type": "function", "function": {"name": "read", "arguments": json.dumps({"doc": 5})}}
     assert calls(J.parse(json.dumps(fn), TOOLS)) == [("read", {"doc": 5})]
     assert calls(J.parse(json.dumps({"tool_calls": [fn]}), TOOLS)) == [("read", {"doc": 5})]
-    assert calls(J.parse('```json\n{"name": "answer", "arguments": {"text": "x"}}\n```', TOOLS)) == [("answer", {"text": "x"})]
+    assert calls(J.parse('```json\n{"name": "answer", "arguments": {"text": "x"}}\n```', TOOLS)) == [
+        ("answer", {"text": "x"})]
 
 
 def test_json_errors_say_what_is_wrong():
@@ -54,7 +57,8 @@ def test_render_parses_back():
     for parser in (J, T):
         for call in (ToolCall("read", {"doc": 7}), ToolCall("answer", {"text": "New York City"})):
             parsed = parser.parse(parser.render(call), TOOLS).calls[0]
-            assert parsed.name == call.name and str(parsed.arguments[next(iter(call.arguments))]) == str(next(iter(call.arguments.values())))
+            assert (parsed.name == call.name
+                    and str(parsed.arguments[next(iter(call.arguments))]) == str(next(iter(call.arguments.values()))))
 
 
 @settings(max_examples=400, deadline=None)

@@ -14,7 +14,8 @@ def test_get_names_and_did_you_mean():
     reg.register("alpha", 1)
     reg.register("beta", 2)
     assert reg.get("beta") == 2 and reg.names() == ["alpha", "beta"] and "alpha" in reg and len(reg) == 2
-    with pytest.raises(UnknownNameError, match=r"unknown widget 'alpah' \(did you mean 'alpha'\?\); known: alpha, beta"):
+    with pytest.raises(UnknownNameError,
+                       match=r"unknown widget 'alpah' \(did you mean 'alpha'\?\); known: alpha, beta"):
         reg.get("alpah")
     with pytest.raises(ValueError, match="known: alpha, beta$"):  # nothing close: no hint, still the list
         reg.get("zzzzzz")

@@ -29,7 +29,8 @@ def test_sessions_limits_and_errors(hotpot_tasks):
         assert httpx.get(f"{url}/health").json()["sessions"] == 1
         bad = httpx.post(f"{url}/sessions", json={"kwargs": {"colour": "blue"}})
         assert bad.status_code == 422 and "colour" in bad.json()["detail"]
-        huge = httpx.post(f"{url}/sessions", content=b"x" * (5 * 1024 * 1024), headers={"content-type": "application/json"})
+        huge = httpx.post(f"{url}/sessions", content=b"x" * (5 * 1024 * 1024),
+                          headers={"content-type": "application/json"})
         assert huge.status_code == 413
 
 
@@ -161,6 +162,7 @@ def test_every_server_refuses_a_chunked_body_over_its_limit_without_reading_it_w
 
     for app, path in ((env_app("sleuth/DocRead-v0"), "/sessions"), (verifier_app("qa"), "/score")):
         with in_thread(app) as url:
-            r = httpx.post(f"{url}{path}", content=_chunks(50), headers={"content-type": "application/json"}, timeout=60)
+            r = httpx.post(f"{url}{path}", content=_chunks(50), headers={"content-type": "application/json"},
+                           timeout=60)
             assert r.status_code == 413 and "request body over" in r.json()["detail"]
             assert httpx.get(f"{url}/health").status_code == 200  # still serving

@@ -256,7 +256,8 @@ def test_search_writes_a_valid_trec_run_for_title_ids_and_repeated_queries(tmp_p
     scores = pytrec_eval.RelevanceEvaluator(qrels, {"recall.3"}).evaluate(run)
     assert scores["q1"]["recall_3"] == 1.0 and scores["q2"]["recall_3"] == 1.0
     queries.write_text(json.dumps({"id": "my query", "text": "x"}) + "\n")
-    assert main(["search", "--index", str(tmp_path / "ix"), "--queries", str(queries), "--out", str(tmp_path / "r2")]) == 2
+    assert main(["search", "--index", str(tmp_path / "ix"), "--queries", str(queries),
+                 "--out", str(tmp_path / "r2")]) == 2
     assert "holds whitespace" in capsys.readouterr().err
 
 
@@ -271,7 +272,8 @@ def test_search_env_warns_once_when_the_index_is_of_another_corpus(hotpot_tasks)
         warnings.simplefilter("error")
         env.reset(options={"task": hotpot_tasks[1]})  # said once, counted always
     assert env.unwrapped.tasks_without_gold_in_index == 2
-    right = sleuth.make("Search-v0", retriever=BM25Index([Doc(t, t, "text") for t in hotpot_tasks[0].payload["supporting"]]))
+    right = sleuth.make("Search-v0",
+                        retriever=BM25Index([Doc(t, t, "text") for t in hotpot_tasks[0].payload["supporting"]]))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         right.reset(options={"task": hotpot_tasks[0]})

@@ -31,7 +31,8 @@ def test_an_empty_corpus_says_so(tmp_path):
 
 def test_an_existing_index_is_kept_unless_forced_and_replaced_only_by_a_complete_one(tmp_path):
     ix = str(tmp_path / "ix")
-    assert sleuth("index", "build", "--corpus", corpus(tmp_path / "a.jsonl", [("a", "alpha")]), "--out", ix).returncode == 0
+    assert sleuth("index", "build", "--corpus", corpus(tmp_path / "a.jsonl", [("a", "alpha")]),
+                  "--out", ix).returncode == 0
     b = corpus(tmp_path / "b.jsonl", [("b", "beta"), ("c", "gamma")])
     assert "already holds an index" in refused(sleuth("index", "build", "--corpus", b, "--out", ix))
     (tmp_path / "bad.jsonl").write_text('{"id": "x", "text": "fine"}\n{"id": \n')

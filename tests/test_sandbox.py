@@ -99,21 +99,24 @@ def test_network_is_unreachable(sb):
 
     t = threading.Thread(target=accept)
     t.start()
-    r = sb.run_python(f"import socket\ns = socket.socket()\ns.settimeout(2)\ns.connect(('127.0.0.1', {port}))\nprint('connected')")
+    r = sb.run_python(f"import socket\ns = socket.socket()\ns.settimeout(2)\ns.connect(('127.0.0.1', {port}))\n"
+                      "print('connected')")
     t.join()
     server.close()
     assert got == [] and "connected" not in r.stdout and r.status == "error"
 
 
 def test_killing_its_parent_does_not_hurt_us(sb):
-    r = sb.run_python("import os, signal\ntry:\n    os.kill(os.getppid(), signal.SIGKILL)\nexcept OSError as e:\n    print(type(e).__name__)")
+    r = sb.run_python("import os, signal\ntry:\n    os.kill(os.getppid(), signal.SIGKILL)\n"
+                      "except OSError as e:\n    print(type(e).__name__)")
     assert os.getpid() > 0  # we are still here
     assert r.status in ("ok", "error", "killed")
 
 
 def test_background_processes_are_gone_after_the_run(sb):
     marker = f"299.{uuid.uuid4().int % 10**6}"
-    r = sb.run_python(f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)\nprint('spawned')")
+    r = sb.run_python(f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n"
+                      "print('spawned')")
     assert r.stdout == "spawned\n"
     assert leftover(f"sleep {marker}") == []
 

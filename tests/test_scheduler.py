@@ -159,7 +159,8 @@ def test_a_server_gets_each_request_as_its_own_call():
     q.close()
 
 
-@pytest.mark.parametrize("gate, message", [(Gate(1, fail=True), "engine died"), (Gate(1, short=True), "1 generations for 2")])
+@pytest.mark.parametrize("gate, message", [(Gate(1, fail=True), "engine died"),
+                                           (Gate(1, short=True), "1 generations for 2")])
 def test_a_failed_call_fails_each_of_its_requests(gate, message):
     gate.release.set()
     q = RequestQueue(gate, SamplingParams())

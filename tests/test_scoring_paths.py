@@ -41,10 +41,12 @@ def test_every_entry_point_scores_a_record_alike(data_dir, tmp_path, capsys):
         assert main(["score", "--verifier", name, "--input", str(src), "--out", str(out)]) == 0
         from_cli = json.loads(out.read_text())["score"]
         with in_thread(create_app(name)) as url:
-            from_server = httpx.post(f"{url}/score", json={"records": [record]}, timeout=60).json()["results"][0]["score"]
+            from_server = httpx.post(f"{url}/score", json={"records": [record]},
+                                     timeout=60).json()["results"][0]["score"]
         fields = {k: [v] for k, v in record.items() if k != "response"}
         from_trl = trl_reward(name)(prompts=["p"], completions=[record["response"]], **fields)[0]
-        assert direct == from_cli == from_server == from_trl == expected, (name, direct, from_cli, from_server, from_trl)
+        assert direct == from_cli == from_server == from_trl == expected, (
+            name, direct, from_cli, from_server, from_trl)
     capsys.readouterr()
 
 

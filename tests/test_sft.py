@@ -184,7 +184,8 @@ def test_sft_cli_oracle_warm_start_exports_and_resumes(tiny_model_dir, tmp_path)
     assert AutoModelForCausalLM.from_pretrained(out / "hf") is not None
     again = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
     assert again.returncode != 0 and "already holds a run" in again.stderr
-    more = subprocess.run([*args, "--resume", "--set", "epochs=2"], capture_output=True, text=True, timeout=600, env=env)
+    more = subprocess.run([*args, "--resume", "--set", "epochs=2"], capture_output=True, text=True, timeout=600,
+                          env=env)
     assert more.returncode == 0, more.stderr[-2000:]
     assert f"resumed {out} from step 2 (checkpoint step-000002)" in more.stderr
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]

@@ -91,7 +91,8 @@ def test_verifier_scores_gold_empty_broken_and_wrong_patches(built, verifier):
     assert len(gold.details["tests"]) == len(swe_test_ids(rec["FAIL_TO_PASS"])) + len(swe_test_ids(rec["PASS_TO_PASS"]))
     assert verifier(rec, "").details["error"] == "empty_patch"
     broken = verifier(rec, "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
-    assert broken.score == 0.0 and broken.details["error"] == "patch_failed" and "does not apply" in broken.details["message"]
+    assert (broken.score == 0.0 and broken.details["error"] == "patch_failed"
+            and "does not apply" in broken.details["message"])
     again = verifier(rec, rec["bug_patch"])  # the bug once more: does not apply (and is never run in reverse)
     assert again.score == 0.0 and again.details["error"] == "patch_failed"
     target = rec["mutation"]["file"]
@@ -136,7 +137,8 @@ def test_a_package_the_index_cannot_serve_is_cannot_score(built, tmp_path):
         SWEVerifier(cache=RepoCache(tmp_path / "cache2"))(tampered, tampered["patch"])
 
 
-@pytest.mark.skipif(not shutil.which("bwrap"), reason="without bubblewrap nothing is read-only: never run this unisolated")
+@pytest.mark.skipif(not shutil.which("bwrap"),
+                    reason="without bubblewrap nothing is read-only: never run this unisolated")
 def test_hostile_patches_are_contained(built):
     """Patched library code that writes into the repository, or never returns: a verdict, not damage."""
     from sleuth.sandbox.repos import RepoCache, RepoSpec
@@ -290,7 +292,8 @@ def test_the_stock_trainer_trains_on_swe(tiny_model_dir, tmp_path):
         "checkpoint.export_hf": False, "engine.lr": 1e-3, "loss.entropy_coef": 0.01})
     rows = Trainer(cfg, progress=False).train()
     assert [r["policy_version"] for r in rows] == [1] and rows[0]["grad_norm"] > 0
-    trajs = [json.loads(x) for x in (tmp_path / "run" / "rollouts" / "step-000001.rank0.jsonl").read_text().splitlines()]
+    trajs = [json.loads(x)
+             for x in (tmp_path / "run" / "rollouts" / "step-000001.rank0.jsonl").read_text().splitlines()]
     assert len(trajs) == 4 and all(t["env_id"].endswith("SWE-v0") for t in trajs)
     assert all(t["verdict"]["details"]["instance_id"] == t["task_id"] for t in trajs)
 

@@ -81,7 +81,8 @@ def clean(tmp_path):
     (root / "pkg" / "mod.py").write_text("def add(a, b):\n    return a - b\n")
     (root / "pkg" / "nonl.py").write_text("x = 1")  # no newline at the end
     (root / "tests").mkdir()
-    (root / "tests" / "test_mod.py").write_text("from pkg.mod import add\n\ndef test_add():\n    assert add(1, 2) == 3\n")
+    (root / "tests" / "test_mod.py").write_text("from pkg.mod import add\n\n"
+                                                "def test_add():\n    assert add(1, 2) == 3\n")
     return root
 
 
@@ -112,7 +113,8 @@ def test_diff_round_trip_with_a_missing_final_newline(clean, tmp_path):
 @pytest.mark.parametrize("diff, why", [
     ("", "empty"),
     ("this is not a diff\n", "does not apply"),
-    ("--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1,2 +1,2 @@\n-def nope():\n+def yes():\n     return a - b\n", "does not apply"),
+    ("--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1,2 +1,2 @@\n-def nope():\n+def yes():\n     return a - b\n",
+     "does not apply"),
     ("diff --git a/x b/x\nnew file mode 120000\n--- /dev/null\n+++ b/x\n@@ -0,0 +1 @@\n+/etc/passwd\n", "symlink"),
     ("diff --git a/x b/x\nGIT binary patch\nliteral 0\n", "binary"),
     ("--- a/../../etc/x\n+++ b/../../etc/x\n@@ -0,0 +1 @@\n+boom\n", "does not apply"),
@@ -192,7 +194,8 @@ def test_the_report_plugin_records_a_real_pytest_run(tmp_path):
 # -- problem statements ----------------------------------------------------------------------------------
 def test_statements_show_test_frames_only_and_never_the_library_line():
     failure = {"message": "IndexError: list index out of range", "frames": [
-        {"path": "tests/test_it.py", "lineno": 12, "where": "in test_take", "lines": ["    assert take(2, xs) == [1, 2]"]},
+        {"path": "tests/test_it.py", "lineno": 12, "where": "in test_take",
+         "lines": ["    assert take(2, xs) == [1, 2]"]},
         {"path": "pkg/it.py", "lineno": 40, "where": "in take", "lines": ["    return seq[n + 1]"]}]}
     text = problem_statement("pkg", "1.0", ["tests/test_it.py::test_take"], {"tests/test_it.py::test_take": failure})
     assert "tests/test_it.py:12: in test_take" in text and "assert take(2, xs)" in text

@@ -45,5 +45,6 @@ def test_verifier_takes_best_alias_and_reports_recall():
 
 
 def test_verifiers_import_without_torch():
-    code = "import sys, sleuth.verifiers, sleuth.verifiers.code, sleuth.verifiers.batch; assert 'torch' not in sys.modules"
+    code = ("import sys, sleuth.verifiers, sleuth.verifiers.code, sleuth.verifiers.batch; "
+            "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

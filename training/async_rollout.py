@@ -4,9 +4,9 @@ A producer thread runs the continuous agent loop over an endless feed of task gr
 complete groups step by step. The feed issues a step's groups only while fewer than `max_staleness`
 steps' worth are issued and not yet taken: a step issued while the trainer updates (its version one
 behind) is taken `max_staleness` versions later at most. With 1, the next step samples while this one
-trains (one-step off-policy). An episode in flight across a weight update goes on with the new weights (a partial rollout):
-its turns carry the versions that produced them, and the loss uses each turn's own sampling logprobs
-(`Turn.action_logprobs`) for the behaviour-policy correction (`loss.rollout_is`). When a group is taken,
+trains (one-step off-policy). An episode in flight across a weight update goes on with the new weights
+(a partial rollout): its turns carry the versions that produced them, and the loss uses each turn's own sampling
+logprobs (`Turn.action_logprobs`) for the behaviour-policy correction (`loss.rollout_is`). When a group is taken,
 its staleness is the current version minus the oldest version of any of its turns; a group staler than
 `max_staleness` is dropped whole (a GRPO group is trained only complete) and counted. A group with a failed
 episode (`Trajectory.failed`) is handed back apart (`Taken.failed`), whatever its age: it never trains, and
@@ -71,7 +71,8 @@ class RolloutStream:
                  sampling: SamplingParams, *, group_size: int, concurrency: int, max_staleness: int, env_id: str = "",
                  env_workers: int = 0, gate: WeightsGate | None = None):
         if max_staleness < 1:
-            raise ValueError(f"a rollout stream needs max_staleness ≥ 1 (0 is the synchronous loop), got {max_staleness}")
+            raise ValueError(f"a rollout stream needs max_staleness ≥ 1 (0 is the synchronous loop), "
+                             f"got {max_staleness}")
         self.next_tasks, self.group_size, self.max_staleness = next_tasks, group_size, max_staleness
         self.ahead = max_staleness
         self.cond = threading.Condition()
@@ -115,7 +116,8 @@ class RolloutStream:
                 if not self.cond.wait_for(lambda: self.ready or self.error, timeout_s):
                     raise TimeoutError(f"no complete rollout group within {timeout_s:g} s")
                 if self.error is not None:
-                    raise RuntimeError(f"the rollout stream failed: {type(self.error).__name__}: {self.error}") from self.error
+                    raise RuntimeError(f"the rollout stream failed: "
+                                       f"{type(self.error).__name__}: {self.error}") from self.error
                 group = self.ready.popleft()
                 got += 1
                 if any(t.failed for t in group):

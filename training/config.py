@@ -78,7 +78,8 @@ class RolloutConfig:
                                 ("env_workers", self.env_workers, 0), ("kv_keep_mb", self.kv_keep_mb, 0),
                                 ("vllm_servers", self.vllm_servers, 1), ("max_staleness", self.max_staleness, 0),
                                 ("sync_timeout_s", self.sync_timeout_s, 0),
-                                ("dynamic_max_rounds", self.dynamic_max_rounds, 1), ("temperature", self.temperature, 0)):
+                                ("dynamic_max_rounds", self.dynamic_max_rounds, 1),
+                                ("temperature", self.temperature, 0)):
             if not value >= low:  # also refuses NaN
                 raise ValueError(f"rollout.{key} must be ≥ {low}, got {value}")
         if not 0 < self.top_p <= 1:
@@ -122,7 +123,8 @@ class UpdateConfig:
         if self.old_logprobs not in OLD_LOGPROBS:
             raise ValueError(f"update.old_logprobs must be one of {', '.join(OLD_LOGPROBS)}; got {self.old_logprobs!r}")
         if self.epochs < 1 or self.mini_batches < 1:
-            raise ValueError(f"update.epochs and update.mini_batches must be ≥ 1, got {self.epochs}, {self.mini_batches}")
+            raise ValueError(f"update.epochs and update.mini_batches must be ≥ 1, "
+                             f"got {self.epochs}, {self.mini_batches}")
         if self.micro_batch_tokens < 1:
             raise ValueError(f"update.micro_batch_tokens must be ≥ 1, got {self.micro_batch_tokens}")
         if self.logit_chunk < 1:
@@ -233,9 +235,11 @@ class TrainConfig:
         if rc.max_staleness > 0:
             if rc.zero_variance == "dynamic":
                 raise ValueError("rollout.max_staleness > 0 takes whole steps of groups from a stream; "
-                                 "zero_variance: dynamic (sampling more groups in the same step) needs max_staleness: 0")
+                                 "zero_variance: dynamic (sampling more groups in the same step) "
+                                 "needs max_staleness: 0")
             if rc.lockstep:
-                raise ValueError("rollout.max_staleness > 0 runs the continuous loop; lockstep: true needs max_staleness: 0")
+                raise ValueError("rollout.max_staleness > 0 runs the continuous loop; "
+                                 "lockstep: true needs max_staleness: 0")
             if self.loss.rollout_is == "none" and self.update.old_logprobs == "recompute":
                 raise ValueError("rollout.max_staleness > 0 trains on samples from older weights: correct them with "
                                  "the behaviour logprobs, loss.rollout_is: tis | mis (or update.old_logprobs: rollout)")

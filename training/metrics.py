@@ -109,7 +109,8 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def describe(name: str, values: Sequence[float] | np.ndarray, stats: Sequence[str] = ("mean", "std")) -> dict[str, float]:
+def describe(name: str, values: Sequence[float] | np.ndarray,
+             stats: Sequence[str] = ("mean", "std")) -> dict[str, float]:
     """{name/mean, name/std, name/p50, name/p99, name/max, name/absmax} for the requested stats (NaN if empty)."""
     v = np.asarray(values, dtype=np.float64)
     fns = {"mean": np.mean, "std": np.std, "p50": lambda x: np.percentile(x, 50),

@@ -66,7 +66,8 @@ class TransformersRollout:
         state = full_state_dict(module)
         missing, unexpected = self.policy.model.load_state_dict(state, strict=False)
         if unexpected or [k for k in missing if "lm_head" not in k]:  # lm_head may be tied to the embeddings
-            raise WeightSyncError(f"weights do not fit the rollout model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+            raise WeightSyncError(f"weights do not fit the rollout model: missing {missing[:5]}, "
+                                  f"unexpected {unexpected[:5]}")
         self.policy.version += 1
         return self.verify(module)
 

@@ -73,7 +73,8 @@ class SFTDataConfig:
         if self.rounds < 1 or self.samples < 1 or self.max_tokens < 1 or self.concurrency < 1:
             raise ValueError("data.rounds, data.samples, data.max_tokens and data.concurrency must be ≥ 1")
         if self.rounds > 1 and self.source != "rejection":
-            raise ValueError(f"data.rounds > 1 re-samples from the policy: only source rejection has rounds, not {self.source}")
+            raise ValueError(f"data.rounds > 1 re-samples from the policy: only source rejection has rounds, "
+                             f"not {self.source}")
         if self.demonstrator not in DEMONSTRATORS:
             raise ValueError(f"data.demonstrator must be one of {', '.join(DEMONSTRATORS)}; got {self.demonstrator!r}")
         if not self.temperature > 0:

@@ -71,7 +71,8 @@ class PolicyUpdater:
             raise ValueError(f"epochs and mini_batches must be ≥ 1, got {epochs}, {mini_batches}")
         if loss.rollout_is != "none" and old_logprobs == "rollout":
             raise ValueError("rollout_is needs old_logprobs='recompute' (with 'rollout' π_old is π_rollout)")
-        self.engine, self.loss, self.pad_id, self.micro_batch_tokens, self.ref = engine, loss, pad_id, micro_batch_tokens, ref
+        self.engine, self.loss, self.pad_id, self.micro_batch_tokens, self.ref = (
+            engine, loss, pad_id, micro_batch_tokens, ref)
         # The policy being optimised is the sampling distribution softmax(logits / T), as in the rollouts.
         self.temperature = temperature if temperature > 0 else 1.0
         self.policy = ScoredForward(engine, engine.module, self.temperature, packed=packing, chunk=logit_chunk,

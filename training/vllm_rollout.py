@@ -136,7 +136,8 @@ class VLLMRollout:
         worst = 0.0
         for url in self.urls:
             r = self._post(url, "/v1/completions", {"model": self.served, "prompt": self.probe_ids, "max_tokens": 1,
-                                                    "temperature": 0, "logprobs": 5, "return_tokens_as_token_ids": True})
+                                                    "temperature": 0, "logprobs": 5,
+                                                    "return_tokens_as_token_ids": True})
             top = r["choices"][0]["logprobs"]["top_logprobs"][0]
             diff = max(abs(float(lp) - float(ours[int(t.split(":", 1)[1])])) for t, lp in top.items())
             if not diff <= self.tolerance:

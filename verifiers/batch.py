@@ -40,7 +40,8 @@ def _score_line(verifier: Callable[[dict, str], Verdict], number: int, raw: byte
     return {**record, "score": verdict.score, "details": verdict.details}
 
 
-def score_lines(verifier: Callable[[dict, str], Verdict], lines: list[bytes], workers: int = 2) -> Iterator[dict[str, Any]]:
+def score_lines(verifier: Callable[[dict, str], Verdict], lines: list[bytes],
+                workers: int = 2) -> Iterator[dict[str, Any]]:
     """Scored records in input order, one for every line (a blank one gets `score: null` and an `error`)."""
     numbered = [(i + 1, line) for i, line in enumerate(lines)]
     with ThreadPoolExecutor(max(1, workers)) as pool:  # code verifiers wait on sandbox subprocesses

@@ -1,5 +1,6 @@
 """Pulling the scorable part out of a model's free-form reply: the answer of a QA reply, the program of a
-code reply, the patch of a SWE reply. Used by harnesses (inside envs) and by the trainer adapters (outside any env) alike."""
+code reply, the patch of a SWE reply. Used by harnesses (inside envs) and by the trainer adapters (outside any
+env) alike."""
 
 from __future__ import annotations
 

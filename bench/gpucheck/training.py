@@ -40,7 +40,8 @@ def check_rollout(rep: Report, st: State) -> None:
 
                 tok = AutoTokenizer.from_pretrained(path)
                 probe_ids = ChatRenderer(tok).prompt_ids(PROBE)
-                ro = TransformersRollout(path, str(dev()), model_dtype(), probe_ids, tol, max_batch=max(sz["gen_batches"]))
+                ro = TransformersRollout(path, str(dev()), model_dtype(), probe_ids, tol,
+                                         max_batch=max(sz["gen_batches"]))
                 reqs = prompts(tok, max(sz["gen_batches"]), st.tasks_spec)
                 ro.policy.generate(reqs[:2], SamplingParams(max_tokens=4, temperature=1.0, seed=0))  # warm-up
                 for bs in sz["gen_batches"]:
@@ -71,7 +72,8 @@ def check_rollout(rep: Report, st: State) -> None:
             try:
                 c.figures["sync_before_update_max_logit_diff"] = _sync_checked(c, ro, engine.module, "before update")
                 before = probe_logits(ro.policy.model, probe_ids)
-                trajs = [Trajectory(f"r{i}", "DocRead-v0", r.prompt_ids, turns=[Turn(g.ids, g.logprobs, g.text)], group="g")
+                trajs = [Trajectory(f"r{i}", "DocRead-v0", r.prompt_ids, turns=[Turn(g.ids, g.logprobs, g.text)],
+                                    group="g")
                          for i, (r, g) in enumerate(zip(reqs, gens, strict=False))]
                 advs = [np.full(t.num_policy_tokens, 1.0 if i % 2 == 0 else -1.0) for i, t in enumerate(trajs)]
                 upd = PolicyUpdater(engine, LossConfig(), pad_id=0, micro_batch_tokens=sz["micro_tokens"])
@@ -82,7 +84,8 @@ def check_rollout(rep: Report, st: State) -> None:
                 c.figures["update_on_rollouts_s"] = round(time.perf_counter() - t, 3)
                 mm = np.asarray(stats["mismatch"])
                 c.figures["engine_trainer_logprob_mismatch_mean"] = float(mm.mean()) if mm.size else float("nan")
-                c.figures["engine_trainer_logprob_mismatch_p99"] = float(np.percentile(mm, 99)) if mm.size else float("nan")
+                c.figures["engine_trainer_logprob_mismatch_p99"] = (float(np.percentile(mm, 99)) if mm.size
+                                                                     else float("nan"))
                 t = time.perf_counter()
                 diff = _sync_checked(c, ro, engine.module, "after update")
                 _sync()
@@ -251,7 +254,8 @@ def check_trainer_big(rep: Report, st: State) -> None:
     bf16 and in fp32 (rollout engine and trainer alike): what the engine–trainer mismatch costs to remove."""
     _trainer_check(rep, st, "trainer_big", [
         ("big_zero2", st.big_dir, 1, 2, dict(checkpoint=False, export=False, tensorboard=False), 45),
-        ("big_zero2_fp32", st.big_dir, 1, 2, dict(checkpoint=False, export=False, tensorboard=False, dtype="fp32"), 45)],
+        ("big_zero2_fp32", st.big_dir, 1, 2,
+         dict(checkpoint=False, export=False, tensorboard=False, dtype="fp32"), 45)],
         90)
 
 

@@ -169,7 +169,8 @@ def check_update(rep: Report, st: State) -> None:
                           f"lr {sz['lr']}, median of {sz['timed']} timed updates "
                           f"after one warm-up"]
         c.figures["detail"] = results
-        c.keys = ["params_M", "tokens", "policy_tokens"] + [k for k in c.figures if k.endswith(("_s", "_tok_s", "_peak_gib"))
+        c.keys = ["params_M", "tokens", "policy_tokens"] + [k for k in c.figures
+                                                            if k.endswith(("_s", "_tok_s", "_peak_gib"))
                                                             or k.startswith("time_")]
 
 

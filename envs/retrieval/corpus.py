@@ -28,7 +28,8 @@ def _lines(path: Path) -> Iterator[str]:
         yield from (line for line in f if line.strip())
 
 
-def load_corpus(path: str | Path, id_field: str = "id", title_field: str = "title", text_field: str = "text") -> list[Doc]:
+def load_corpus(path: str | Path, id_field: str = "id", title_field: str = "title",
+                text_field: str = "text") -> list[Doc]:
     """One Doc per JSONL line (.jsonl or .jsonl.gz). A list-valued text (e.g. SciFact's `abstract`) is joined
     with spaces; a missing id becomes the line number; a duplicate id is an error."""
     path = Path(path)

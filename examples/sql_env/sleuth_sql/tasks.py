@@ -28,7 +28,8 @@ TEMPLATES = [
 def build(n: int = 240, seed: int = 0) -> list[Task]:
     con = sqlite3.connect(database())
     qids = [r[0] for r in con.execute("SELECT id FROM questions ORDER BY id")]
-    titles = [r[0] for r in con.execute("SELECT DISTINCT title FROM paragraphs WHERE title NOT LIKE '%''%' ORDER BY title")]
+    titles = [r[0] for r in con.execute("SELECT DISTINCT title FROM paragraphs "
+                                        "WHERE title NOT LIKE '%''%' ORDER BY title")]
     rng = random.Random(seed)
     tasks, seen = [], set()
     for attempt in range(20 * n):  # bounded: small templates run out of new questions

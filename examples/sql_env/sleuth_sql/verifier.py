@@ -46,5 +46,6 @@ class SqlVerifier:
         if "error" in pred:
             return Verdict(0.0, {"error": pred["error"], "executed": False})
         ordered = "order by" in gold_sql.lower()
-        same = pred["rows"] == gold["rows"] if ordered else sorted(map(repr, pred["rows"])) == sorted(map(repr, gold["rows"]))
+        same = (pred["rows"] == gold["rows"] if ordered
+                else sorted(map(repr, pred["rows"])) == sorted(map(repr, gold["rows"])))
         return Verdict(float(same), {"executed": True, "rows": len(pred["rows"]), "gold_rows": len(gold["rows"])})
