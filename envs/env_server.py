@@ -2,7 +2,8 @@
 
 POST   /sessions                  {"kwargs": {...}} → {"session_id"}   (429 beyond max_sessions)
 POST   /sessions/{id}/reset       {"task": {...}, "seed": int?}  → {"observation", "info"}
-POST   /sessions/{id}/step        {"action": "...", "seq": int?}  → {"observation", "reward", "terminated", "truncated",
+POST   /sessions/{id}/step        {"action": "...", "seq": int?}
+                                  → {"observation", "reward", "terminated", "truncated",
                                   "info"}
 DELETE /sessions/{id}
 GET    /health                    → {"env", "sessions", "max_sessions"}

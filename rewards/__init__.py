@@ -4,7 +4,8 @@
 policy token of each trajectory. `@sleuth.rewards.register("name")` adds one; `names()` lists them
 (the registry is `ESTIMATORS`; plugins declare theirs under the entry-point group `sleuth.estimators`)."""
 
-from sleuth.rewards import contribution, gear, gigpo, group, info_gain  # noqa: E402, F401, I001  (register the estimators)
+# the estimators' modules register them on import
+from sleuth.rewards import contribution, gear, gigpo, group, info_gain  # noqa: E402, F401, I001
 from sleuth.rewards.base import (
     ESTIMATORS,
     Advantages,

@@ -258,14 +258,16 @@ SHIFT = (0.2, -0.1, 0.0, 0.15)
                                                   ("k3", SHIFT)])
 def test_every_kl_estimator_follows_the_gradient_of_kl_pi_ref(estimator, old_shift):
     """On policy and off policy (samples from a π_old ≠ π_θ), each option's expected gradient is
-    ∇ KL(π_θ ‖ π_ref) — not 0 (k1 as a plain loss term) and not ∇ KL(π_ref ‖ π_θ) (k3 as a plain loss)."""
+    ∇ KL(π_θ ‖ π_ref) — not 0 (k1 as a plain loss term) and not ∇ KL(π_ref ‖ π_θ) (k3 as a plain
+    loss)."""
     got = _expected_kl_grad(estimator, old_shift)
     assert torch.allclose(got, _kl_grad(reverse=True), atol=1e-6), (got, _kl_grad(reverse=True))
     assert not torch.allclose(got, _kl_grad(reverse=False), atol=1e-3)
 
 
 def test_k1_is_exact_on_policy_only():
-    """k1 is a reward penalty fixed at π_old: its expected gradient is Σ π_θ·(log π_old − log π_ref)·∇log π_θ,
+    """k1 is a reward penalty fixed at π_old: its expected gradient is
+    Σ π_θ·(log π_old − log π_ref)·∇log π_θ,
     which is ∇KL(π_θ ‖ π_ref) only where π_old = π_θ; after the policy moves (several optimizer steps on one
     batch) it is off by Σ π_θ·(log π_old − log π_θ)·∇log π_θ — what docs/training.md says."""
     got = _expected_kl_grad("k1", SHIFT)

@@ -81,7 +81,8 @@ class LossConfig:
         if self.norm_length <= 0:
             raise ValueError("loss.norm_length must be positive")
         if not (self.kl_coef >= 0 and self.entropy_coef >= 0):
-            raise ValueError(f"loss.kl_coef and loss.entropy_coef must be ≥ 0, got {self.kl_coef}, {self.entropy_coef}")
+            raise ValueError(f"loss.kl_coef and loss.entropy_coef must be ≥ 0, got {self.kl_coef}, "
+                             f"{self.entropy_coef}")
         if not self.rollout_is_cap >= 1:  # also refuses NaN
             raise ValueError(f"loss.rollout_is_cap must be ≥ 1 (inf allowed), got {self.rollout_is_cap}")
 
@@ -170,12 +171,15 @@ def kl_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor, 
     ("On a few pitfalls in KL divergence gradient estimation for RL") and Liu et al. 2025 ("On the design of
     KL-regularized policy gradient algorithms for LLM reasoning"), with ρ = π_θ/π_old:
 
-    - `k2`: sg(ρ)·½(log π_θ − log π_ref)²: ∇ = sg(ρ)(log π_θ − log π_ref)∇log π_θ, the score-function form;
-    - `k3`: ρ·k3 with ρ carrying the gradient: ∇E_{π_old}[ρ·k3] = ∇E_{π_θ}[k3] = ∇KL(π_θ ‖ π_ref). (k3 alone
-      as a loss, as in DeepSeekMath, TRL and verl's `low_var_kl`, has the gradient of KL(π_ref ‖ π_θ).)
+    - `k2`: sg(ρ)·½(log π_θ − log π_ref)²: ∇ = sg(ρ)(log π_θ − log π_ref)∇log π_θ, the
+      score-function form;
+    - `k3`: ρ·k3 with ρ carrying the gradient: ∇E_{π_old}[ρ·k3] = ∇E_{π_θ}[k3] = ∇KL(π_θ ‖ π_ref).
+      (k3 alone as a loss, as in DeepSeekMath, TRL and verl's `low_var_kl`, has the gradient of
+      KL(π_ref ‖ π_θ).)
     - `k1`: None: k1 is no loss term (its pathwise gradient ∇log π has zero mean on policy). It enters as a
       reward penalty instead, A ← A − β·(log π_old − log π_ref) per token (`policy_loss`), which gives the
-      same score-function gradient through the surrogate.
+      same score-function gradient through the surrogate on policy only: fixed at π_old, it drifts from
+      ∇KL(π_θ ‖ π_ref) once π_θ has moved (a second optimizer step on the batch, stale samples).
     """
     if estimator == "k1":
         return None

@@ -39,7 +39,8 @@ def step_row(parts: list[dict[str, Any]], times: dict[str, float], sync: dict[st
         v = cat(f"clip_{k}")
         row[f"clip/{k}"] = float(np.mean(v)) if v else float("nan")
     row.update(describe("ratio", cat("ratio"), ("p50", "p99", "max")))
-    clamped = cat("log_ratio_clamped")  # |log π_θ − log π_old| beyond losses.LOG_RATIO_CLAMP: the ratio is wrong there
+    # tokens whose |log π_θ − log π_old| passed losses.LOG_RATIO_CLAMP: their ratio is wrong
+    clamped = cat("log_ratio_clamped")
     row["clip/log_ratio_clamp"] = float(np.mean(clamped)) if clamped else float("nan")
     ess = cat("group_ess")  # per group, normalised to (0, 1]: see update.group_ess
     row["groups/ess_mean"] = float(np.mean(ess)) if ess else float("nan")

@@ -141,7 +141,8 @@ def check_update(rep: Report, st: State) -> None:
                     c.need(after > before, f"{name}: objective did not increase ({before:.4f} → {after:.4f})")
                 c.need(all(g > 0 for g in gns), f"{name}: zero grad norm")
                 print(f"    {name}: init {init_s:.1f} s, {s:.3f} s/update, {n_tok / s:.0f} tokens/s, peak "
-                      f"{r['peak_gib']:.1f} GiB, objective {before:.4f} → {after:.4f}, loss {losses}, grad norm {gns}",
+                      f"{r['peak_gib']:.1f} GiB, objective {before:.4f} → {after:.4f}, "
+                      f"loss {losses}, grad norm {gns}",
                       flush=True)
                 del module, step
                 if engine is not None:
