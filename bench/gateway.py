@@ -40,7 +40,8 @@ from sleuth.cli_args import bounded
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the two modules beside this script
 from gateway_agent import INSTRUCTIONS, TOOLS, DocReadAgent  # noqa: E402
-from gateway_overhead import overhead_section, serve_instant  # noqa: E402
+from gateway_instant import serve_instant  # noqa: E402
+from gateway_overhead import overhead_section  # noqa: E402
 
 SECTIONS = ("episodes", "overhead", "vllm")
 QUICK = {"tasks": 2, "concurrency": 2, "sessions": 8, "calls": 4}
