@@ -12,8 +12,13 @@ worker ({"CPU": worker_cpus, "GPU": worker_gpus}) and starts a `RolloutWorker` a
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+RESTART_POLL_S = 0.25  # how often a call asks again for an actor Ray is restarting
 
 BACKENDS = ("local", "ray")
 
@@ -82,3 +87,29 @@ def placement(ray: Any, n: int, bundle: dict[str, float], what: str, timeout_s: 
                            f"(resources: {ray.cluster_resources()}): lower their number or their CPUs / GPUs in "
                            "`cluster`, or add nodes")
     return pg
+
+
+class ActorGone(RuntimeError):
+    """The actor died for good (`dead`: out of restarts), or did not come back within the wait."""
+
+    def __init__(self, message: str, dead: bool):
+        super().__init__(message)
+        self.dead = dead
+
+
+def through_restart(call: Callable[[], T], timeout_s: float, name: str) -> T:
+    """`call()` (a `ray.get` on one actor), asked again while Ray restarts that actor's process (Ray's
+    `ActorUnavailableError`), up to `timeout_s`; `ActorGone` when it died for good (`ActorDiedError` on a
+    new call: out of restarts) or stayed away."""
+    from ray.exceptions import ActorDiedError, ActorUnavailableError
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except ActorDiedError:
+            raise ActorGone(f"{name} is dead (out of its restarts)", dead=True) from None
+        except ActorUnavailableError:
+            if time.monotonic() > deadline:
+                raise ActorGone(f"{name} did not come back within {timeout_s:.0f} s", dead=False) from None
+            time.sleep(RESTART_POLL_S)

@@ -16,14 +16,13 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-import time
 from typing import Any
 
 import gymnasium
 
-from sleuth.training.cluster import ClusterConfig, ClusterError, connect, placement
+from sleuth.training.cluster import ActorGone, ClusterConfig, ClusterError, connect, placement, through_restart
 
-RESTART_WAIT_S, POLL_S = 120.0, 0.25  # how long a reset waits for a restarting worker, and how often it asks
+RESTART_WAIT_S = 120.0  # how long a reset waits for a restarting env worker
 
 
 class EnvWorker:
@@ -124,22 +123,12 @@ class RayEnv(gymnasium.Env):
         self.sid: int | None = None
 
     def _open(self) -> None:
-        from ray.exceptions import ActorDiedError, ActorUnavailableError
-
-        deadline = time.monotonic() + RESTART_WAIT_S
-        while True:
-            try:
-                self.sid, pid = self.pool.ray.get(self.actor.open.remote())
-                self.pool.opened(self.index, pid)
-                return
-            except ActorDiedError:
-                raise RayEnvError(f"env worker {self.index} is dead (out of its {self.pool.cluster.max_restarts} "
-                                  "restarts)") from None
-            except ActorUnavailableError:  # restarting
-                if time.monotonic() > deadline:
-                    raise RayEnvError(f"env worker {self.index} did not come back within {RESTART_WAIT_S:.0f} s") \
-                        from None
-                time.sleep(POLL_S)
+        try:
+            self.sid, pid = through_restart(lambda: self.pool.ray.get(self.actor.open.remote()), RESTART_WAIT_S,
+                                            f"env worker {self.index}")
+        except ActorGone as e:
+            raise RayEnvError(str(e)) from None
+        self.pool.opened(self.index, pid)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         from ray.exceptions import RayActorError

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from typing import Any
 
 import torch
@@ -26,11 +25,9 @@ import torch
 from sleuth.agents.openai_http import ServerUnreachable
 from sleuth.agents.policy import Generation, Request, SamplingParams
 from sleuth.agents.routing import RoutedPolicy
-from sleuth.training.cluster import ClusterConfig, ClusterError, connect, placement
+from sleuth.training.cluster import ActorGone, ClusterConfig, ClusterError, connect, placement, through_restart
 from sleuth.training.engine import full_state_dict
 from sleuth.training.rollout import WeightSyncError, probe_logits
-
-RESTART_POLL_S = 0.25  # how often a call waits on a worker Ray is restarting
 
 
 class StaleWeights(RuntimeError):
@@ -107,24 +104,16 @@ class WorkerHandle:
         """Load the current weights (waiting while Ray restarts the process) and verify them. `epoch` is the
         recovery count the caller saw, so concurrent callers recover once. A new call that finds the actor
         died for good (Ray's `ActorDiedError`: out of restarts) marks it dead."""
-        from ray.exceptions import ActorDiedError, ActorUnavailableError
-
         with self.lock:
             if self.dead or self.epoch != epoch:
                 return
-            deadline = time.monotonic() + self.owner.timeout_s
-            while True:
-                try:
-                    self.loaded(*self.owner.load(self))
-                    break
-                except ActorDiedError:
-                    self.dead = True
-                    return
-                except ActorUnavailableError:  # restarting: its process is not up yet
-                    if time.monotonic() > deadline:
-                        raise WeightSyncError(f"{self.name} did not come back within {self.owner.timeout_s:.0f} s "
-                                              "(rollout.sync_timeout_s)") from None
-                    time.sleep(RESTART_POLL_S)
+            try:
+                self.loaded(*through_restart(lambda: self.owner.load(self), self.owner.timeout_s, self.name))
+            except ActorGone as e:
+                if not e.dead:
+                    raise WeightSyncError(f"{e} (rollout.sync_timeout_s)") from None
+                self.dead = True
+                return
             self.epoch += 1
 
     def loaded(self, pid: int, logits: torch.Tensor | None) -> float:
