@@ -4,22 +4,30 @@ the same way) and return canonical token ids with logprob 0.
 DocRead readers: they cannot read, so they answer with the title of a document they read (random
 reader: a random one of its reads; first-k: the first). HotpotQA answers are often the title of a
 paragraph (comparison questions above all), so this is the cheapest non-trivial guess; it makes these
-baselines a floor for both reading (support recall) and answering. The oracle knows the gold: on DocRead
-it reads exactly the supporting documents and answers the gold answer; on Search it searches for and
-opens each supporting document by title; on SWE it replays the gold patch through the tools (read the
-hunk, edit, run the failing tests, submit); on Code (or any env with a `submit` / `answer` tool) it
-hands the task's reference answer to that tool. Either way it must score 1.0, which tests env, harness
-round-trip and verifier together."""
+baselines a floor for both reading (support recall) and answering. They read the task's documents through
+`sleuth.tasks.qa.qa_docs`.
+
+The oracle knows the gold and plays the oracle each env declares beside itself (`ToolEnv.oracle`), found
+from the env class the reset info names: on DocRead it reads exactly the supporting documents and answers
+the gold answer; on Search it searches for and opens each supporting document by title; on SWE it replays
+the gold patch through the tools; on any other env it hands the task's reference answer to the final tool.
+Either way it must score 1.0, which tests env, harness round-trip and verifier together."""
 
 from __future__ import annotations
 
 import random
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
+from gymnasium.envs.registration import load_env_creator
+
 from sleuth.agents.policy import Generation, Request, SamplingParams
+from sleuth.envs.base import ToolEnv
 from sleuth.envs.parsers import ToolCall, get_parser
+from sleuth.tasks.qa import Document, NoDocuments, QADocs, qa_docs
 
 
 class ScriptedPolicy(ABC):
@@ -48,22 +56,27 @@ class ScriptedPolicy(ABC):
 
 
 class _Reader(ScriptedPolicy):
-    """Reads the documents of `plan` in order, then answers."""
+    """Reads the documents of `plan` in order (by number, or by title where `by_title`), then answers."""
+
+    by_title: bool = False
 
     @abstractmethod
-    def plan(self, req: Request) -> list[int]:
+    def plan(self, req: Request, docs: QADocs) -> list[int]:
         """Which documents to read, in order."""
 
-    def final_answer(self, req: Request, plan: list[int]) -> str:
-        return req.task.payload["docs"][plan[0]]["title"] if plan else ""
+    def final_answer(self, req: Request, docs: QADocs, plan: list[int]) -> str:
+        return docs.docs[plan[0]].title if plan else ""
 
     def act(self, req: Request) -> ToolCall:
-        if "docs" not in req.task.payload:
-            raise ValueError(f"the {self.name} baseline reads documents: task {req.task.id} has none")
-        plan = self.plan(req)
+        try:
+            docs = qa_docs(req.task)
+        except NoDocuments:
+            raise NoDocuments(f"the {self.name} baseline reads documents: task {req.task.id} has none") from None
+        plan = self.plan(req, docs)
         if req.turn < len(plan):
-            return ToolCall("read", {"doc": plan[req.turn]})
-        return ToolCall("answer", {"text": self.final_answer(req, plan)})
+            doc = plan[req.turn]
+            return ToolCall("read", {"doc": docs.docs[doc].title if self.by_title else doc})
+        return ToolCall("answer", {"text": self.final_answer(req, docs, plan)})
 
 
 class RandomReader(_Reader):
@@ -71,14 +84,14 @@ class RandomReader(_Reader):
 
     name = "random"
 
-    def plan(self, req: Request) -> list[int]:
+    def plan(self, req: Request, docs: QADocs) -> list[int]:
         rng = random.Random(f"{self.seed}:{req.task.id}")
-        n = len(req.task.payload["docs"])
+        n = len(docs.docs)
         return rng.sample(range(n), min(n, req.env_info.get("budget", 3)))
 
-    def final_answer(self, req: Request, plan: list[int]) -> str:
+    def final_answer(self, req: Request, docs: QADocs, plan: list[int]) -> str:
         rng = random.Random(f"{self.seed}:{req.task.id}:answer")
-        return req.task.payload["docs"][rng.choice(plan)]["title"] if plan else ""
+        return docs.docs[rng.choice(plan)].title if plan else ""
 
 
 class FirstKReader(_Reader):
@@ -86,69 +99,54 @@ class FirstKReader(_Reader):
 
     name = "first-k"
 
-    def plan(self, req: Request) -> list[int]:
-        return list(range(min(len(req.task.payload["docs"]), req.env_info.get("budget", 3))))
+    def plan(self, req: Request, docs: QADocs) -> list[int]:
+        return list(range(min(len(docs.docs), req.env_info.get("budget", 3))))
 
 
-class Oracle(_Reader):
-    """Acts by the tools the env offers: `read` (DocRead), `search`/`open` (Search), `submit` (Code)."""
+def env_class(info: dict[str, Any]) -> type[ToolEnv]:
+    """The class of the env an episode runs in, from the "module:Class" its reset info names (`info["env"]`,
+    `ToolEnv.entry_point`): also an env served elsewhere, whose reset info comes through unchanged."""
+    ref = info.get("env")
+    if not isinstance(ref, str) or ":" not in ref:
+        raise ValueError(f"the oracle plays the env's own oracle (`ToolEnv.oracle`): the reset info names no env "
+                         f"class ('env': 'module:Class'; got {ref!r}); only a ToolEnv's reset gives one")
+    cls = load_env_creator(ref)
+    if not (isinstance(cls, type) and issubclass(cls, ToolEnv)):
+        raise TypeError(f"{ref} is not a ToolEnv class: the oracle needs its `oracle` hook")
+    return cls
+
+
+class Oracle(ScriptedPolicy):
+    """Plays the oracle the env declares beside itself (`ToolEnv.oracle`; DocRead reads the supporting
+    documents, Search searches and opens them, SWE replays the gold patch, any other env hands the reference
+    answer to its final tool)."""
 
     name = "oracle"
 
-    def plan(self, req: Request) -> list[int]:
-        gold = set(req.task.payload.get("supporting", []))
-        return [i for i, d in enumerate(req.task.payload["docs"]) if d["title"] in gold]
-
-    def final_answer(self, req: Request, plan: list[int]) -> str:
-        return req.task.answer
-
     def act(self, req: Request) -> ToolCall:
-        schemas = {t["function"]["name"]: t["function"] for t in req.env_info.get("tools", [])}
-        tools = set(schemas)
-        if "edit" in tools and "run_tests" in tools:  # SWE (it also has a `search` tool: check it first)
-            plan = swe_gold_plan(req.task.answer)
-            return plan[min(req.turn, len(plan) - 1)]
-        if "search" in tools:  # search each gold title and open it (open only, if the budget is short)
-            gold = list(req.task.payload.get("supporting", []))
-            per_doc = 2 if 2 * len(gold) <= req.env_info.get("budget", 0) else 1
-            if req.turn < per_doc * len(gold):
-                title = gold[req.turn // per_doc]
-                if per_doc == 2 and req.turn % 2 == 0:
-                    return ToolCall("search", {"query": title})
-                return ToolCall("open", {"doc_id": title})
-            return ToolCall("answer", {"text": req.task.answer})
-        if "read" in tools:
-            return super().act(req)
-
-        for name in ("submit", "answer"):  # any other env: hand the reference answer to its final tool
-            if name in tools:
-                required = schemas[name]["parameters"].get("required", [])
-                return ToolCall(name, {required[0]: req.task.answer} if required else {})
-        raise ValueError(f"the oracle knows no final tool among {sorted(tools)} (expects submit or answer)")
+        return env_class(req.env_info).oracle(req.task, req.turn, req.env_info)
 
 
 class TitleOracle(Oracle):
     """The oracle reading by title (`read Harvey Pekar`, which DocRead resolves like a number), the gold
-    document whose title the question names first. As demonstrations, its read targets are spans a small
-    model can copy from the question and the title list ("read what the question is about"); the plain
-    oracle's numbers teach where gold documents happened to sit."""
+    document whose title the question names first: the env's oracle on the task with its documents listed
+    named-first, each read turned into the same read by title. As demonstrations, its read targets are spans
+    a small model can copy from the question and the title list ("read what the question is about"); the
+    plain oracle's numbers teach where gold documents happened to sit. On a task without documents it is
+    the oracle."""
 
     name = "oracle-title"
 
-    def plan(self, req: Request) -> list[int]:
-        question = req.task.question.lower()
-        docs = req.task.payload["docs"]
-        return sorted(super().plan(req), key=lambda i: docs[i]["title"].lower() not in question)  # stable
-
     def act(self, req: Request) -> ToolCall:
-        return _by_title(super().act(req), req)
-
-
-def _by_title(call: ToolCall, req: Request) -> ToolCall:
-    """A DocRead read by number, as the same read by title (`read Harvey Pekar`)."""
-    if call.name == "read" and "docs" in req.task.payload:
-        return ToolCall("read", {"doc": req.task.payload["docs"][call.arguments["doc"]]["title"]})
-    return call
+        view = qa_docs(req.task, missing_ok=True)
+        question = req.task.question.lower()
+        named_first = QADocs(tuple(sorted(view.docs, key=lambda d: d.title.lower() not in question)),  # stable
+                             view.supporting)
+        task = replace(req.task, payload={**req.task.payload, **named_first.to_payload()}) if view.docs else req.task
+        call = env_class(req.env_info).oracle(task, req.turn, req.env_info)
+        if call.name == "read" and view.docs:  # DocRead's read by number, as the same read by title
+            return ToolCall("read", {"doc": named_first.docs[call.arguments["doc"]].title})
+        return call
 
 
 # Words too common to say what a title is about: the function words of English questions, written out (a
@@ -161,7 +159,7 @@ def _words(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOPWORDS}
 
 
-def lexical_plan(question: str, docs: list[dict[str, Any]], k: int) -> list[int]:
+def lexical_plan(question: str, docs: Sequence[Document], k: int) -> list[int]:
     """`k` documents chosen one at a time by how a title matches what the reader can see: the question and
     the documents read so far. A title named whole in the question scores 100, named whole in a read
     document 50, plus 10 × the share of its words in the question and 5 × the share in the read text; ties
@@ -174,10 +172,10 @@ def lexical_plan(question: str, docs: list[dict[str, Any]], k: int) -> list[int]
     for _ in range(min(k, len(docs))):
         best, best_score = None, -1.0
         for i, doc in enumerate(docs):
-            if i in plan or any(docs[j]["title"] == doc["title"] for j in plan):
+            if i in plan or any(docs[j].title == doc.title for j in plan):
                 continue
-            named = re.compile(rf"(?<!\w){re.escape(doc['title'].lower())}(?!\w)")  # whole words only
-            words = _words(doc["title"])
+            named = re.compile(rf"(?<!\w){re.escape(doc.title.lower())}(?!\w)")  # whole words only
+            words = _words(doc.title)
             score = 100.0 * bool(named.search(question_l)) + 50.0 * bool(named.search(seen_text))
             if words:
                 score += 10.0 * len(words & q_words) / len(words) + 5.0 * len(words & seen_words) / len(words)
@@ -186,8 +184,8 @@ def lexical_plan(question: str, docs: list[dict[str, Any]], k: int) -> list[int]
         if best is None:
             break
         plan.append(best)
-        seen_text += " " + docs[best]["text"].lower()
-        seen_words |= _words(docs[best]["text"])
+        seen_text += " " + docs[best].text.lower()
+        seen_words |= _words(docs[best].text)
     return plan
 
 
@@ -197,12 +195,10 @@ class LexicalReader(_Reader):
     names from the question and the documents achieves, with no model at all."""
 
     name = "lexical"
+    by_title = True
 
-    def plan(self, req: Request) -> list[int]:
-        return lexical_plan(req.task.question, req.task.payload["docs"], req.env_info.get("budget", 3))
-
-    def act(self, req: Request) -> ToolCall:
-        return _by_title(super().act(req), req)
+    def plan(self, req: Request, docs: QADocs) -> list[int]:
+        return lexical_plan(req.task.question, docs.docs, req.env_info.get("budget", 3))
 
 
 class LexicalOracle(LexicalReader):
@@ -212,7 +208,7 @@ class LexicalOracle(LexicalReader):
 
     name = "oracle-lexical"
 
-    def final_answer(self, req: Request, plan: list[int]) -> str:
+    def final_answer(self, req: Request, docs: QADocs, plan: list[int]) -> str:
         return req.task.answer
 
 
@@ -227,23 +223,3 @@ class Noop(ScriptedPolicy):
             if any(t["function"]["name"] == name for t in req.env_info.get("tools", [])):
                 return ToolCall(name, {"text": ""} if name == "answer" else {})
         raise ValueError("the noop baseline needs a submit or answer tool")
-
-
-def swe_gold_plan(patch: str) -> list[ToolCall]:
-    """Tool calls that apply a unified diff by hand: for each hunk read the lines around it and replace
-    its old lines (context included, so the text is unique) with its new lines; then run the failing
-    tests and submit."""
-    from unidiff import PatchSet
-
-    calls: list[ToolCall] = []
-    for pfile in PatchSet(patch):
-        path = pfile.path
-        for hunk in pfile:
-            old = "".join(line.value for line in hunk if not line.is_added)
-            new = "".join(line.value for line in hunk if not line.is_removed)
-            calls.append(ToolCall("read_file", {"path": path, "start": max(1, hunk.source_start - 5),
-                                                "end": hunk.source_start + hunk.source_length + 5}))
-            calls.append(ToolCall("edit", {"path": path, "old": old, "new": new}))
-    calls.append(ToolCall("run_tests", {"selector": ""}))
-    calls.append(ToolCall("submit", {}))
-    return calls

@@ -25,7 +25,7 @@ from common import publish
 import sleuth
 from sleuth.agents.chat import ChatRenderer
 from sleuth.envs import DocReadEnv, TextSpace
-from sleuth.tasks import load_tasks
+from sleuth.tasks import load_tasks, qa_docs
 
 ROUNDS, STEPS = 7, 2000
 ACTION = '<tool_call>{"name": "read", "arguments": {"doc": 4}}</tool_call>'
@@ -59,10 +59,10 @@ def skyrl_env(task):
             m = re.search(r"<tool_call>(.*?)</tool_call>", action, re.S)
             call = json.loads(m.group(1))
             d = self.docs[int(call["arguments"]["doc"])]
-            obs = [{"role": "user", "content": f"[{call['arguments']['doc']}] {d['title']}\n{d['text']}"}]
+            obs = [{"role": "user", "content": f"[{call['arguments']['doc']}] {d.title}\n{d.text}"}]
             return {"observations": obs, "reward": 0.0, "done": False, "metadata": {}}
 
-    return SkyDocRead(task.payload["docs"])
+    return SkyDocRead(qa_docs(task).docs)
 
 
 def time_steps(step, reset) -> float:

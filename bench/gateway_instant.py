@@ -115,7 +115,9 @@ def serve_instant(port: int) -> None:
 def conversation(call: Callable[[list[dict[str, Any]]], dict[str, Any]], task: Any, calls: int) -> list[float]:
     """One session: `calls` calls of a DocRead conversation that grows by the reply and its tool result each call
     (append-only, so every call extends the previous one). The seconds each call took."""
-    docs = task.payload["docs"]
+    from sleuth.tasks.qa import qa_docs
+
+    docs = [d.to_dict() for d in qa_docs(task).docs]  # as the agent's tools see them: the task's JSON
     titles = "\n".join(f"[{i}] {d['title']}" for i, d in enumerate(docs))
     messages: list[dict[str, Any]] = [{"role": "system", "content": INSTRUCTIONS},
                                       {"role": "user", "content": f"Question: {task.question}\n\nDocuments:\n{titles}"}]

@@ -31,12 +31,12 @@ ARMS = {"whole (n at once)": 1 << 30, "chunks of 1024": 1024}
 def batch(completion: int) -> list:
     from sleuth.agents.policy import load_tokenizer
     from sleuth.agents.trajectory import Trajectory, Turn
-    from sleuth.tasks import load_tasks
+    from sleuth.tasks import load_tasks, qa_docs
 
     tok = load_tokenizer()
     out = []
     for task in load_tasks("hotpotqa:train", limit=4):
-        text = " ".join(d["text"] for d in task.payload["docs"])
+        text = " ".join(d.text for d in qa_docs(task).docs)
         ids = tok.encode(text, add_special_tokens=False)[:completion]
         prompt = tok.encode(task.question, add_special_tokens=False)
         out.append(Trajectory(task.id, "text", prompt, turns=[Turn(ids, [0.0] * len(ids), "")]))

@@ -3,7 +3,6 @@ methods marked `@tool`; the base class does parsing, budgets, error observations
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -37,8 +36,6 @@ class ToolEnv(gymnasium.Env):
     instructions: ClassVar[str] = "You are a helpful agent. Use the tools to solve the task."
     budget_unit: ClassVar[str] = "turns"
     default_budget: ClassVar[int] = 8
-    # The name this env's budget had before every env called it `budget` (still accepted, with a warning).
-    deprecated_budget_name: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -48,9 +45,7 @@ class ToolEnv(gymnasium.Env):
         harness: Harness | str = "json",
         budget: int | None = None,
         render_mode: str | None = None,
-        **deprecated: Any,
     ):
-        budget = self._deprecated_budget(budget, deprecated)
         self.tasks = list(tasks) if tasks is not None else None
         self.verifier = verifier if verifier is not None else self.default_verifier()
         budget = self.default_budget if budget is None else budget
@@ -69,18 +64,11 @@ class ToolEnv(gymnasium.Env):
         self._system = self.harness.system_message(self.instructions, self.tools)
         self.task: Task | None = None
 
-    def _deprecated_budget(self, budget: int | None, deprecated: dict[str, Any]) -> int | None:
-        old = self.deprecated_budget_name
-        unexpected = [k for k in deprecated if k != old]
-        if unexpected:
-            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {unexpected[0]!r}")
-        if old in deprecated:
-            warnings.warn(f"{type(self).__name__}({old}=...) is deprecated: use budget=...", DeprecationWarning,
-                          stacklevel=3)
-            if budget is not None:
-                raise TypeError(f"{type(self).__name__}() got both budget and {old}")
-            budget = deprecated[old]
-        return budget
+    @classmethod
+    def entry_point(cls) -> str:
+        """The env's class as "module:Class": reset's `info["env"]`, so a policy that sees only the reset info
+        (the scripted oracle) can find the env's class; `make` builds the env from it."""
+        return f"{cls.__module__}:{cls.__qualname__}"
 
     @classmethod
     def _tool_specs(cls) -> dict[str, dict[str, Any]]:
@@ -111,6 +99,16 @@ class ToolEnv(gymnasium.Env):
         """Extra per-step facts for `info` (e.g. whether a read document was gold)."""
         return {}
 
+    @classmethod
+    def oracle(cls, task: Task, turn: int, info: dict[str, Any]) -> ToolCall:
+        """The next tool call of an agent that knows the task's gold, at `turn` of an episode whose reset
+        returned `info`: the `oracle` scripted policy plays it, and its episodes must score 1.0, which tests
+        env, harness and verifier together. Here: the task's answer, in the first required argument of the
+        env's first final tool; an env whose gold takes several steps overrides it."""
+        attr, spec = next((attr, spec) for attr, spec in cls._tool_specs().items() if spec["final"])
+        required = make_tool(getattr(cls, attr)).parameters["required"]
+        return ToolCall(spec["name"], {required[0]: task.answer} if required else {})
+
     # -- gymnasium API --------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
@@ -133,7 +131,7 @@ class ToolEnv(gymnasium.Env):
             raise
         messages = [{"role": "system", "content": self._system}, {"role": "user", "content": user}]
         return user, {"messages": messages, "tools": self._schemas, "format": self.harness.format,
-                      "task_id": task.id, "budget": self.harness.budget}
+                      "task_id": task.id, "budget": self.harness.budget, "env": self.entry_point()}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.task is None or self.done:

@@ -22,7 +22,6 @@ class CodeEnv(ToolEnv):
     )
     budget_unit = "runs"
     default_budget = 3
-    deprecated_budget_name = "max_runs"
 
     def __init__(self, *, sandbox: Sandbox | None = None, **kwargs: Any):
         self.sandbox = sandbox or Sandbox(Limits(wall_s=10.0, output_bytes=2000))

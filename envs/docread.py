@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from sleuth.envs.parsers import ToolCall
 from sleuth.envs.qa import QAEnv
 from sleuth.envs.tools import ToolError, tool
 from sleuth.tasks.base import Task
+from sleuth.tasks.qa import qa_docs
 
 
 class DocReadEnv(QAEnv):
@@ -19,19 +21,23 @@ class DocReadEnv(QAEnv):
     )
     budget_unit = "reads"
     default_budget = 3
-    deprecated_budget_name = "max_reads"
+
+    @classmethod
+    def oracle(cls, task: Task, turn: int, info: dict[str, Any]) -> ToolCall:
+        """Read the supporting documents by number, in list order, then answer the gold answer."""
+        plan = qa_docs(task).gold()
+        return ToolCall("read", {"doc": plan[turn]}) if turn < len(plan) else ToolCall("answer", {"text": task.answer})
 
     def on_reset(self, task: Task) -> None:
-        if not task.payload.get("docs"):
-            raise ValueError(f"task {task.id} has no payload['docs'] to read")
-        self.docs = task.payload["docs"]
-        self.gold = set(task.payload.get("supporting", []))
+        view = qa_docs(task)
+        self.docs = view.docs
+        self.gold = set(view.supporting)
         self.reads: list[dict[str, Any]] = []
         self._read_docs: set[int] = set()
         self._last_read: dict[str, Any] | None = None
 
     def user_message(self, task: Task) -> str:
-        titles = "\n".join(f"[{i}] {d['title']}" for i, d in enumerate(self.docs))
+        titles = "\n".join(f"[{i}] {d.title}" for i, d in enumerate(self.docs))
         return f"Question: {task.question}\n\nDocuments:\n{titles}"
 
     @tool
@@ -42,13 +48,13 @@ class DocReadEnv(QAEnv):
             doc: the document's number in the list (or its exact title)
         """
         index = self._resolve(doc)
-        title = self.docs[index]["title"]
+        title = self.docs[index].title
         record = {"turn": self.turn, "doc": index, "title": title, "gold": title in self.gold,
                   "reread": index in self._read_docs}
         self.reads.append(record)
         self._read_docs.add(index)
         self._last_read = record
-        return f"[{index}] {title}\n{self.docs[index]['text']}"
+        return f"[{index}] {title}\n{self.docs[index].text}"
 
     def _resolve(self, doc: int | str) -> int:
         if isinstance(doc, int):
@@ -59,7 +65,7 @@ class DocReadEnv(QAEnv):
         if wanted.isdigit():
             return self._resolve(int(wanted))
         for i, d in enumerate(self.docs):
-            if _bare(d["title"]) == wanted:  # both sides alike: `read Joseph Seamon Cotter Sr.` finds "...Sr."
+            if _bare(d.title) == wanted:  # both sides alike: `read Joseph Seamon Cotter Sr.` finds "...Sr."
                 return i
         raise ToolError(f"no document titled {doc!r}: give its number from 0 to {len(self.docs) - 1}")
 

@@ -13,6 +13,7 @@ import subprocess
 from typing import Any
 
 from sleuth.envs.base import ToolEnv
+from sleuth.envs.parsers import ToolCall
 from sleuth.envs.tools import ToolError, tool
 from sleuth.sandbox import Sandbox
 from sleuth.sandbox.pytest_run import check_selectors, run_pytest
@@ -40,7 +41,6 @@ class SWEEnv(ToolEnv):
     )
     budget_unit = "turns"
     default_budget = 20
-    deprecated_budget_name = "max_turns"
 
     def __init__(self, *, cache: RepoCache | None = None, sandbox: Sandbox | None = None,
                  workspace_mode: str = "hardlink", test_timeout_s: float = 120.0, **kwargs: Any):
@@ -53,6 +53,12 @@ class SWEEnv(ToolEnv):
 
     def default_verifier(self) -> SWEVerifier:
         return SWEVerifier(self.cache, self.sandbox)
+
+    @classmethod
+    def oracle(cls, task: Task, turn: int, info: dict[str, Any]) -> ToolCall:
+        """Replay the gold patch through the tools (`swe_gold_plan`); past its end, submit again."""
+        plan = swe_gold_plan(task.answer)
+        return plan[min(turn, len(plan) - 1)]
 
     # -- episode ---------------------------------------------------------------------------------
     def on_reset(self, task: Task) -> None:
@@ -232,6 +238,26 @@ class SWEEnv(ToolEnv):
             return ""
         return "".join(unified_diff(rel, old, (self.ws / rel).read_text(encoding="utf-8"))
                        for rel, old in sorted(self.originals.items()))
+
+
+def swe_gold_plan(patch: str) -> list[ToolCall]:
+    """Tool calls that apply a unified diff by hand: for each hunk read the lines around it and replace
+    its old lines (context included, so the text is unique) with its new lines; then run the failing
+    tests and submit."""
+    from unidiff import PatchSet
+
+    calls: list[ToolCall] = []
+    for pfile in PatchSet(patch):
+        path = pfile.path
+        for hunk in pfile:
+            old = "".join(line.value for line in hunk if not line.is_added)
+            new = "".join(line.value for line in hunk if not line.is_removed)
+            calls.append(ToolCall("read_file", {"path": path, "start": max(1, hunk.source_start - 5),
+                                                "end": hunk.source_start + hunk.source_length + 5}))
+            calls.append(ToolCall("edit", {"path": path, "old": old, "new": new}))
+    calls.append(ToolCall("run_tests", {"selector": ""}))
+    calls.append(ToolCall("submit", {}))
+    return calls
 
 
 def _find_all(text: str, sub: str) -> list[int]:

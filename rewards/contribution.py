@@ -37,6 +37,7 @@ from sleuth.rewards.base import (
 )
 from sleuth.rewards.group import GroupOutcome
 from sleuth.rewards.info_gain import InfoGain, read_documents
+from sleuth.tasks.qa import qa_docs
 
 
 class Judge(Protocol):
@@ -48,7 +49,7 @@ class RuleJudge:
     round's text (action and what it returned) mentions the answer or a gold supporting title."""
 
     def __call__(self, traj: Trajectory, task: Any) -> list[tuple[float, float]]:
-        gold = set(task.payload.get("supporting", []))
+        gold = set(qa_docs(task, missing_ok=True).supporting)
         entities = [e.lower() for e in (*gold, task.answer, *task.aliases) if e]
         seen: set[Any] = set()
         out = []

@@ -45,6 +45,7 @@ from sleuth.rewards.base import (
 )
 from sleuth.rewards.group import GroupOutcome
 from sleuth.rewards.info_gain import InfoGain
+from sleuth.tasks.qa import qa_docs
 
 HINT = "For grading only: the correct answer is {answer}. Supporting documents: {titles}."
 
@@ -127,7 +128,8 @@ class GearGT(Estimator):
 
     def hint_ids(self, task: Any) -> list[int]:
         tok = self.reader.tokenizer
-        text = HINT.format(answer=task.answer, titles="; ".join(task.payload.get("supporting", [])) or "none")
+        titles = "; ".join(qa_docs(task, missing_ok=True).supporting) or "none"
+        text = HINT.format(answer=task.answer, titles=titles)
         rendered = tok.apply_chat_template([{"role": "system", "content": text}], tokenize=False)
         return tok(rendered, add_special_tokens=False)["input_ids"]
 

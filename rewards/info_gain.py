@@ -52,6 +52,7 @@ from sleuth.rewards.base import (
     register,
 )
 from sleuth.rewards.group import GroupOutcome
+from sleuth.tasks.qa import qa_docs
 
 VARIANTS = ("gold_prob", "gold_logprob", "entropy", "kl", "support")
 BASELINES = ("pooled", "turn_index")
@@ -142,7 +143,7 @@ class InfoGain(Estimator):
 
     @staticmethod
     def _support_rewards(traj: Trajectory, task: Any) -> list[float]:
-        gold = set(task.payload.get("supporting", []))
+        gold = set(qa_docs(task, missing_ok=True).supporting)
         if not gold:
             raise ValueError(f"info_gain variant 'support' needs the task's supporting titles; "
                              f"task {task.id!r} has none")
@@ -157,7 +158,7 @@ class InfoGain(Estimator):
         if self.variant in ("gold_prob", "gold_logprob"):
             return [task.answer]
         norm = task.answer.strip().lower()
-        titles = [d["title"] for d in task.payload.get("docs", []) if d["title"].strip().lower() != norm]
+        titles = [t for t in qa_docs(task, missing_ok=True).titles if t.strip().lower() != norm]
         return [task.answer, *list(dict.fromkeys(titles))[: self.candidates - 1]]
 
     def _value(self, scored: list[tuple[float, int]]) -> Any:

@@ -189,20 +189,13 @@ def test_docread_passes_gymnasiums_full_env_checker():
 
 def test_env_constructors_are_keyword_only_with_one_budget_name(hotpot_tasks):
     from sleuth.envs.code import CodeEnv
-    from sleuth.envs.search import SearchEnv
-    from sleuth.envs.swe import SWEEnv
 
     with pytest.raises(TypeError):
         DocReadEnv(hotpot_tasks)  # positional: refused
-    with pytest.raises(TypeError, match="unexpected keyword argument 'max_runs'"):
-        DocReadEnv(max_runs=2)  # another env's old budget name
-    for cls, old in [(DocReadEnv, "max_reads"), (CodeEnv, "max_runs"), (SearchEnv, "max_turns"), (SWEEnv, "max_turns")]:
-        assert cls.deprecated_budget_name == old
-    with pytest.warns(DeprecationWarning, match=r"DocReadEnv\(max_reads=...\) is deprecated: use budget=..."):
-        env = DocReadEnv(max_reads=1)
-    assert env.harness.budget == 1 and DocReadEnv(budget=2).harness.budget == 2 and DocReadEnv().harness.budget == 3
-    with pytest.raises(TypeError, match="both budget and max_reads"), pytest.warns(DeprecationWarning):
-        DocReadEnv(budget=1, max_reads=2)
+    for cls in (DocReadEnv, CodeEnv):
+        with pytest.raises(TypeError, match="unexpected keyword argument 'max_turns'"):
+            cls(max_turns=2)  # every env's budget is `budget`
+    assert DocReadEnv(budget=2).harness.budget == 2 and DocReadEnv().harness.budget == 3
 
 
 def test_question_answering_envs_share_one_answer_tool():

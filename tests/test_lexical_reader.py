@@ -5,13 +5,14 @@ import json
 from sleuth.agents.evaluate import load_trajectories
 from sleuth.agents.scripted import lexical_plan
 from sleuth.cli import main
+from sleuth.tasks.qa import Document
 
 DOCS = [
-    {"title": "Zebra", "text": "Zebras are striped."},
-    {"title": "Ada Lovelace", "text": "Ada Lovelace worked with Charles Babbage on the Analytical Engine."},
-    {"title": "Analytical Engine", "text": "A mechanical general-purpose computer."},
-    {"title": "Lovelace (crater)", "text": "A crater on the Moon."},
-    {"title": "Charles Babbage", "text": "An English mathematician."},
+    Document("Zebra", "Zebras are striped."),
+    Document("Ada Lovelace", "Ada Lovelace worked with Charles Babbage on the Analytical Engine."),
+    Document("Analytical Engine", "A mechanical general-purpose computer."),
+    Document("Lovelace (crater)", "A crater on the Moon."),
+    Document("Charles Babbage", "An English mathematician."),
 ]
 
 
@@ -28,7 +29,7 @@ def test_plan_reads_the_named_title_then_the_bridge_then_word_overlap():
 def test_plan_uses_only_what_was_read_and_breaks_ties_by_list_order():
     """No title matches the question: all score 0 and the first document is read; its text names nothing,
     so the tie goes on to the next in list order; a duplicate title is not read twice."""
-    docs = [{"title": "B", "text": "nothing"}, {"title": "B", "text": "again"}, {"title": "C", "text": "x"}]
+    docs = [Document("B", "nothing"), Document("B", "again"), Document("C", "x")]
     assert lexical_plan("Who?", docs, 3) == [0, 2]
 
 

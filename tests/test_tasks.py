@@ -2,18 +2,45 @@ import json
 
 import pytest
 
-from sleuth.tasks import Task, dataset_to_tasks, load_tasks, read_tasks, tasks_to_dataset, write_tasks
+from sleuth.tasks import Task, TaskError, dataset_to_tasks, load_tasks, read_tasks, tasks_to_dataset, write_tasks
+from sleuth.tasks.qa import Document, NoDocuments, QADocs, qa_docs
 
 
 def test_hotpotqa_loader_reads_real_records(hotpot_tasks):
     t = hotpot_tasks[0]
     assert t.id == "5a7d5c175542991319bc93b1"
     assert t.answer == "Denise Levertov" and t.source == "hotpotqa" and t.split == "test"
-    titles = [d["title"] for d in t.payload["docs"]]
-    assert len(titles) == 10 and t.payload["supporting"] == ["Harvey Pekar", "Denise Levertov"]
+    docs = qa_docs(t)
+    assert len(docs.titles) == 10 and docs.supporting == ("Harvey Pekar", "Denise Levertov")
     for task in hotpot_tasks:  # every supporting title is one of the 10 candidates (SOURCES.md)
-        assert set(task.payload["supporting"]) <= {d["title"] for d in task.payload["docs"]}
-        assert all(d["text"] for d in task.payload["docs"])
+        docs = qa_docs(task)
+        assert set(docs.supporting) <= set(docs.titles) and len(docs.gold()) >= len(docs.supporting)
+        assert all(d.text for d in docs.docs)
+
+
+def test_the_document_set_is_typed_on_read_and_plain_json_in_the_payload(hotpot_tasks, tmp_path):
+    task = hotpot_tasks[0]
+    docs = qa_docs(task)
+    assert isinstance(docs.docs[0], Document) and docs.docs[0].to_dict() == task.payload["docs"][0]
+    assert {**task.payload, **docs.to_payload()} == task.payload  # the view writes back the layout it read
+    write_tasks([task], tmp_path / "t.jsonl")
+    back = next(read_tasks(tmp_path / "t.jsonl"))
+    assert back == task and qa_docs(back) == docs  # JSONL holds the plain payload; the view reads it alike
+    built = Task("b", "q?", payload=QADocs((Document("A", "a"), Document("B", "b")), ("B",)).to_payload())
+    assert qa_docs(built).gold() == [1] and json.loads(json.dumps(built.payload)) == built.payload
+
+
+def test_a_task_without_documents_says_so():
+    bare = Task("m1", "Write a function.", payload={"test_list": ["assert f()"]})
+    with pytest.raises(NoDocuments, match=r"task m1 has no payload\['docs'\]"):
+        qa_docs(bare)
+    assert qa_docs(bare, missing_ok=True) == QADocs()  # what a Search task without documents reads
+    gold_only = Task("s1", "q?", payload={"supporting": ["A"]})
+    assert qa_docs(gold_only, missing_ok=True).supporting == ("A",)
+    with pytest.raises(TaskError, match=r"task x: payload\['docs'\] must be a list of"):
+        qa_docs(Task("x", "q?", payload={"docs": [{"title": "no text"}]}))
+    with pytest.raises(TaskError, match=r"payload\['supporting'\] must be a list of titles"):
+        qa_docs(Task("y", "q?", payload={"docs": [{"title": "A", "text": "a"}], "supporting": "A"}))
 
 
 def test_full_splits_have_documented_sizes():
@@ -24,7 +51,7 @@ def test_full_splits_have_documented_sizes():
 def test_musique_loader_keeps_aliases_and_supporting():
     tasks = load_tasks("musique:dev", limit=5)
     t = tasks[0]
-    assert len(t.payload["docs"]) == 20 and len(t.payload["supporting"]) >= 2
+    assert len(qa_docs(t).docs) == 20 and len(qa_docs(t).supporting) >= 2
     assert t.answers[0] == t.answer
     assert any(task.aliases for task in load_tasks("musique:dev"))
 

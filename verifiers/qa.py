@@ -80,6 +80,8 @@ class QAVerifier:
         f1 = max(token_f1(response, a) for a in answers)
         details: dict[str, Any] = {"em": em, "f1": f1, "prediction": response}
         if evidence is not None:
+            # Verifiers stand apart from tasks/ (they score raw records as well as Tasks), so the gold titles are
+            # read here from the payload's `supporting` list, the layout `sleuth.tasks.qa.QADocs` writes.
             payload = task.payload if hasattr(task, "payload") else task.get("payload", {})
             details["support_recall"] = support_recall(evidence, payload.get("supporting", []))
         return Verdict(score=em if self.metric == "em" else f1, details=details)

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sleuth.tasks.base import Task
+from sleuth.tasks.qa import qa_docs
 
 
 @dataclass(frozen=True)
@@ -62,20 +63,20 @@ def write_corpus(docs: Iterable[Doc], path: str | Path) -> None:
 
 
 def corpus_from_tasks(tasks: Iterable[Task]) -> list[Doc]:
-    """Every candidate paragraph of QA tasks (payload `docs`), deduplicated. The id is the title, so a
+    """Every candidate paragraph of QA tasks (`qa_docs`), deduplicated. The id is the title, so a
     task's gold supporting titles are its gold ids; a second, different paragraph under a title already
     taken (MuSiQue splits articles into several) gets the id "title #2", and so on."""
     docs: dict[str, Doc] = {}
     seen: set[tuple[str, str]] = set()
     for t in tasks:
-        for d in t.payload.get("docs", []):
-            key = (d["title"], d["text"])
+        for d in qa_docs(t, missing_ok=True).docs:
+            key = (d.title, d.text)
             if key in seen:
                 continue
             seen.add(key)
-            doc_id, n = d["title"], 1
+            doc_id, n = d.title, 1
             while doc_id in docs:
                 n += 1
-                doc_id = f"{d['title']} #{n}"
-            docs[doc_id] = Doc(doc_id, d["title"], d["text"])
+                doc_id = f"{d.title} #{n}"
+            docs[doc_id] = Doc(doc_id, d.title, d.text)
     return list(docs.values())

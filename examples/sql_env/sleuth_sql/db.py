@@ -6,7 +6,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from sleuth.tasks import load_tasks
+from sleuth.tasks import load_tasks, qa_docs
 
 SCHEMA = """CREATE TABLE questions (id TEXT PRIMARY KEY, question TEXT, answer TEXT, type TEXT, level TEXT, split TEXT);
 CREATE TABLE paragraphs (question_id TEXT, position INTEGER, title TEXT, is_supporting INTEGER, n_chars INTEGER);"""
@@ -27,10 +27,10 @@ def database(path: Path | None = None) -> Path:
         for t in load_tasks(f"hotpotqa:{split}"):
             con.execute("INSERT INTO questions VALUES (?, ?, ?, ?, ?, ?)",
                         (t.id, t.question, t.answer, t.payload["type"], t.payload["level"], split))
-            gold = set(t.payload["supporting"])
+            docs = qa_docs(t)
+            gold = set(docs.supporting)
             con.executemany("INSERT INTO paragraphs VALUES (?, ?, ?, ?, ?)",
-                            [(t.id, i, d["title"], int(d["title"] in gold), len(d["text"]))
-                             for i, d in enumerate(t.payload["docs"])])
+                            [(t.id, i, d.title, int(d.title in gold), len(d.text)) for i, d in enumerate(docs.docs)])
     con.commit()
     con.close()
     tmp.replace(path)
