@@ -20,6 +20,7 @@ from sleuth.agents.gateway import Gateway, create_app
 from sleuth.agents.policy import Generation, SamplingParams
 from sleuth.agents.trajectory import Trajectory
 from sleuth.net import in_thread
+from sleuth.tasks.qa import qa_docs
 
 ROOT = Path(__file__).resolve().parents[1]
 PYDANTIC_AI = ROOT / "examples" / "pydantic_ai_agent"
@@ -89,15 +90,15 @@ def test_a_pydantic_ai_agent_evaluates_unchanged(tmp_path, tiny_model_dir):
 
 def test_the_pydantic_ai_agent_calls_its_tools_in_one_token_exact_chain(hotpot_tasks, tokenizer):
     task = hotpot_tasks[0]
-    title = task.payload["docs"][3]["title"]
-    script = [_call("search", query=task.question), _call("read", title=title), f"Answer: {task.answer}"]
+    doc = qa_docs(task).docs[3]
+    script = [_call("search", query=task.question), _call("read", title=doc.title), f"Answer: {task.answer}"]
     trajs, policy = _episode_with_script(load_agent("reader_agent:run", str(PYDANTIC_AI)), task, tokenizer, script)
     assert len(trajs) == 1, [t.error for t in trajs]  # pydantic-ai sends its history back whole: no split
     t = trajs[0]
     assert t.meta["calls"] == 3 and t.meta["splits"] == 0 and t.verdict["score"] == 1.0
     assert [turn.action_ids for turn in t.turns] == [g.ids for g in policy.returned]  # the engine's own ids
     masked_out = tokenizer.decode([i for i, m in zip(t.token_ids(), t.loss_mask(), strict=True) if not m])
-    assert task.payload["docs"][3]["text"] in masked_out  # the read tool's result: context, not trained
+    assert doc.text in masked_out  # the read tool's result: context, not trained
 
 
 def test_sleuth_train_runs_the_pydantic_ai_agent_for_two_steps(tmp_path, tiny_model_dir):
@@ -128,8 +129,8 @@ def test_a_node_agent_evaluates_through_agent_command(tmp_path, tiny_model_dir):
 @needs_node
 def test_the_node_agent_reads_then_answers_in_one_chain_with_the_task_on_its_stdin(hotpot_tasks, tokenizer):
     task = hotpot_tasks[1]
-    doc = task.payload["docs"][0]
-    script = [_call("read", title=doc["title"]), f"Answer: {task.answer}"]
+    doc = qa_docs(task).docs[0]
+    script = [_call("read", title=doc.title), f"Answer: {task.answer}"]
     trajs, policy = _episode_with_script(CommandAgent("node agent.mjs", NODE), task, tokenizer, script)
     assert len(trajs) == 1, [t.error for t in trajs]
     t = trajs[0]

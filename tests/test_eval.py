@@ -85,14 +85,14 @@ def test_title_oracle_reads_by_title_the_named_document_first(tmp_path):
     assert run_eval(tmp_path, "--policy", "oracle-title", "--harness", "text", "--limit", "8") == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["f1"] == 1.0 and summary["support_recall"] == 1.0 and summary["tool_error_rate_turns"] == 0.0
-    from sleuth.tasks import load_tasks
+    from sleuth.tasks import load_tasks, qa_docs
 
     tasks = {t.id: t for t in load_tasks("hotpotqa:test", limit=8)}
     for t in load_trajectories(tmp_path / "trajectories.jsonl"):
         task = tasks[t.task_id]
         first = t.turns[0]
         assert first.action_text == f"read {first.read.title}" and first.read.gold
-        named = [x for x in task.payload["supporting"] if x.lower() in task.question.lower()]
+        named = [x for x in qa_docs(task).supporting if x.lower() in task.question.lower()]
         if named:
             assert first.read.title in named
 

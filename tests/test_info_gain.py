@@ -9,6 +9,7 @@ import pytest
 from sleuth.agents.trajectory import ReadEvent, Trajectory, Turn
 from sleuth.rewards.info_gain import InfoGain, read_documents
 from sleuth.tasks.base import Task
+from sleuth.tasks.qa import qa_docs
 
 
 class TableReader:
@@ -106,8 +107,8 @@ def reader():
 
 def test_reader_passes_are_t_plus_one(reader, hotpot_tasks):
     task = hotpot_tasks[0]
-    docs = task.payload["docs"]
-    turns = [turn({"doc": i, "reread": False}, obs=f"[{i}] {docs[i]['title']}\n{docs[i]['text']}") for i in (0, 1, 2)]
+    docs = qa_docs(task).docs
+    turns = [turn({"doc": i, "reread": False}, obs=f"[{i}] {docs[i].title}\n{docs[i].text}") for i in (0, 1, 2)]
     t = Trajectory(task.id, "DocRead-v0", [1], turns=turns + [turn()], reward=0.0, group=task.id)
     before = reader.calls
     InfoGain("gold_prob", reader=reader).step_rewards([t], {task.id: task})
@@ -118,13 +119,13 @@ def test_gold_paragraph_raises_gold_prob_for_smollm2(reader, hotpot_tasks):
     """HotpotQA test question 1 (kept fixed): adding a gold supporting paragraph raises SmolLM2's
     length-normalised probability of the gold answer; adding a distractor raises it less."""
     task = hotpot_tasks[1]
-    docs = task.payload["docs"]
-    gold = next(i for i, d in enumerate(docs) if d["title"] in task.payload["supporting"])
-    other = next(i for i, d in enumerate(docs) if d["title"] not in task.payload["supporting"])
+    view = qa_docs(task)
+    docs, gold = view.docs, view.gold()[0]
+    other = next(i for i in range(len(docs)) if i not in view.gold())
 
     def gain(i):
         t = Trajectory(task.id, "DocRead-v0", [1], turns=[turn({"doc": i, "reread": False},
-                                                                obs=f"[{i}] {docs[i]['title']}\n{docs[i]['text']}")])
+                                                                obs=f"[{i}] {docs[i].title}\n{docs[i].text}")])
         return InfoGain("gold_prob", reader=reader).step_rewards([t], {task.id: task})[0][0]
 
     g_gold, g_other = gain(gold), gain(other)

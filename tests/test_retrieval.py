@@ -14,6 +14,7 @@ from sleuth.envs.retrieval.hybrid import rrf
 from sleuth.envs.retrieval.index import load_index
 from sleuth.envs.retrieval.metrics import ndcg_at_k, recall_at_k
 from sleuth.net import in_thread
+from sleuth.tasks.qa import qa_docs
 
 DOCS = [
     Doc("a", "Paris", "Paris is the capital of France and its largest city."),
@@ -143,7 +144,7 @@ def test_search_env_with_server_and_gold_title_queries(server, hotpot_tasks):
     task = hotpot_tasks[0]
     env.reset(options={"task": task})
     call = lambda n, **a: "<tool_call>" + json.dumps({"name": n, "arguments": a}) + "</tool_call>"  # noqa: E731
-    for title in task.payload["supporting"]:  # a scripted policy that queries the gold titles reaches them
+    for title in qa_docs(task).supporting:  # a scripted policy that queries the gold titles reaches them
         obs, *_, info = env.step(call("search", query=title))
         assert title in info["search"]["gold_retrieved"] and f"[{title}]" in obs
         obs, *_, info = env.step(call("open", doc_id=title))
@@ -273,7 +274,7 @@ def test_search_env_warns_once_when_the_index_is_of_another_corpus(hotpot_tasks)
         env.reset(options={"task": hotpot_tasks[1]})  # said once, counted always
     assert env.unwrapped.tasks_without_gold_in_index == 2
     right = sleuth.make("Search-v0",
-                        retriever=BM25Index([Doc(t, t, "text") for t in hotpot_tasks[0].payload["supporting"]]))
+                        retriever=BM25Index([Doc(t, t, "text") for t in qa_docs(hotpot_tasks[0]).supporting]))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         right.reset(options={"task": hotpot_tasks[0]})
@@ -290,6 +291,6 @@ def test_search_opens_are_read_events_the_step_rewards_score(hotpot_tasks):
     task = hotpot_tasks[0]
     (traj,) = run_episodes(lambda: sleuth.make("Search-v0", harness="json"), [task], load_policy("oracle"))
     reads = [t.read for t in traj.turns if t.read is not None]
-    assert [r.title for r in reads] == task.payload["supporting"] and all(r.gold for r in reads)
+    assert tuple(r.title for r in reads) == qa_docs(task).supporting and all(r.gold for r in reads)
     gains = InfoGain(variant="support").step_rewards([traj], {task.id: task})[0]
     assert sorted(g for g in gains if g) == [0.5, 0.5]

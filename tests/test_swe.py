@@ -199,7 +199,7 @@ def test_env_tools_and_their_errors(shipped):
 
 
 def test_running_out_of_turns_scores_the_workspace(shipped):
-    from sleuth.agents.scripted import swe_gold_plan
+    from sleuth.envs.swe import swe_gold_plan
 
     task = next(iter(shipped.values()))
     plan = [c for c in swe_gold_plan(task.answer) if c.name == "edit"]
