@@ -240,7 +240,7 @@ def _records(agent: AgentFn, task: Task, session: str, base_url: str, gateway: G
     segments = ep.segments or [Trajectory(task.id, ENV_ID, prompt_ids=[], terminated=True, stop_reason="no_calls")]
     for i, t in enumerate(segments):
         t.task_id, t.group = task.id, task.id
-        t.reward, t.verdict, t.terminated = float(v.score), v.to_dict(), True
+        t.reward, t.verdict, t.terminated = float(v.score), v, True
         t.episode, t.segment, t.segments = session, i, len(segments)
         t.meta.update(calls=ep.calls, splits=ep.splits, agent_answer=answer)
     return segments

@@ -24,7 +24,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def solved(t: Trajectory) -> bool:
     """Full marks: EM for QA, every test for code."""
-    return not t.failed and float((t.verdict or {}).get("score", 0.0)) >= 1.0
+    return not t.failed and t.verdict is not None and t.verdict.score >= 1.0
 
 
 def pass_at_ks(trajs: Sequence[Trajectory]) -> dict[str, float]:
@@ -65,9 +65,9 @@ def breakdown(trajs: Sequence[Trajectory], tasks: Sequence[Task]) -> dict[str, d
 
 def _means(group: list[Trajectory]) -> dict[str, float]:
     row: dict[str, float] = {"n": len(group)}
-    row["score"] = round(sum(float((t.verdict or {}).get("score", 0.0)) for t in group) / len(group), 4)
+    row["score"] = round(sum(t.verdict.score if t.verdict else 0.0 for t in group) / len(group), 4)
     for key in ("em", "f1", "support_recall", "all_passed", "resolved"):
-        vals = [(t.verdict or {}).get("details", {}).get(key) for t in group]
+        vals = [t.verdict.details.get(key) if t.verdict else None for t in group]
         if all(isinstance(v, (int, float)) for v in vals):
             row[key] = round(sum(float(v) for v in vals) / len(vals), 4)
     return row

@@ -62,9 +62,8 @@ def episode_metrics(t: Trajectory, *segments: Trajectory) -> dict[str, float]:
     """Per-episode numbers: the verdict's score and every numeric detail (EM/F1/recall for QA, tests
     passed for code, ...), plus what the turns did. An agent episode's later segments follow `t`: they carry
     the same verdict, and their turns and tokens add up."""
-    verdict = t.verdict or {}
-    m = {"score": float(verdict.get("score", 0.0))}
-    for key, value in verdict.get("details", {}).items():
+    m = {"score": t.verdict.score if t.verdict else 0.0}
+    for key, value in (t.verdict.details if t.verdict else {}).items():
         if isinstance(value, (int, float)) and key != "wall_s":
             m[key] = float(value)
     parts = (t, *segments)

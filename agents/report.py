@@ -94,7 +94,7 @@ def write_report(out: Path, summary: dict[str, Any], trajs: Sequence[Trajectory]
              "![report](report.png)", "",
              "## First episodes", ""]
     for t in [t for t in trajs if not t.failed][:3]:
-        score = (t.verdict or {}).get("score", 0.0)
+        score = t.verdict.score if t.verdict else 0.0
         lines.append(f"- task `{t.task_id}` — score {score:.2f}, stop: {t.stop_reason}")
         for i, turn in enumerate(t.turns):
             action = turn.action_text.strip().replace("\n", " ")[:120]

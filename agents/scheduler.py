@@ -23,6 +23,7 @@ from sleuth.agents.chat import ChatRenderer
 from sleuth.agents.policy import Generation, Request
 from sleuth.agents.trajectory import ReadEvent, Trajectory, Turn
 from sleuth.tasks.base import Task
+from sleuth.verifiers.base import Verdict
 
 
 class TaskFeed:
@@ -53,17 +54,17 @@ class StepOutcome:
     read: ReadEvent | None
     tool_call: dict[str, Any] | None
     error: str | None
-    verdict: dict[str, Any] | None
+    verdict: Verdict | None
     info: dict[str, Any]
 
     @classmethod
     def from_gym(cls, step: tuple[Any, Any, Any, Any, dict[str, Any]]) -> StepOutcome:
         _, reward, terminated, truncated, info = step
         rest = {k: v for k, v in info.items() if k not in ("messages", "read")}
-        read = info.get("read")
+        read, verdict = info.get("read"), info.get("verdict")
         return cls(float(reward), bool(terminated), bool(truncated), list(info.get("messages") or []),
                    ReadEvent.from_info(read) if read else None, info.get("tool_call"), info.get("error"),
-                   info.get("verdict"), rest)
+                   Verdict.from_dict(verdict) if verdict is not None else None, rest)
 
 
 @dataclass
@@ -208,7 +209,7 @@ class EpisodeScheduler:
                 env.close()
         self._idle_envs.clear()
 
-    def _finish(self, ep: Episode, terminated: bool, truncated: bool, verdict: dict[str, Any] | None,
+    def _finish(self, ep: Episode, terminated: bool, truncated: bool, verdict: Verdict | None,
                 reuse_env: bool = True) -> None:
         ep.traj.terminated, ep.traj.truncated = terminated, truncated
         ep.traj.stop_reason = ep.traj.stop_reason or ("final" if terminated else "budget")

@@ -10,6 +10,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sleuth.verifiers.base import Verdict
+
 
 @dataclass
 class ReadEvent:
@@ -58,7 +60,7 @@ class Trajectory:
     prompt_ids: list[int]
     turns: list[Turn] = field(default_factory=list)
     reward: float = 0.0  # sum of the env's step rewards (the verdict's score for outcome-only envs)
-    verdict: dict[str, Any] | None = None
+    verdict: Verdict | None = None  # the verifier's outcome; None: the episode was not scored
     terminated: bool = False
     truncated: bool = False
     # "final", "budget", "context_limit", "prompt_too_long" (the first prompt does not fit the context),
@@ -119,17 +121,10 @@ class Trajectory:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trajectory:
         d = dict(d)
-        d["turns"] = [Turn(**_migrate_turn(t)) for t in d.get("turns", [])]
+        d["turns"] = [Turn(**t) for t in d.get("turns", [])]
+        d["verdict"] = Verdict.from_dict(d["verdict"]) if d.get("verdict") is not None else None
         return cls(**d)
 
     @classmethod
     def from_json(cls, line: str) -> Trajectory:
         return cls.from_dict(json.loads(line))
-
-
-def _migrate_turn(t: dict[str, Any]) -> dict[str, Any]:
-    """Trajectories written before `Turn.read` existed kept the read event in `info["read"]`."""
-    info = t.get("info") or {}
-    if "read" not in t and isinstance(info.get("read"), dict):
-        t = {**t, "info": {k: v for k, v in info.items() if k != "read"}, "read": info["read"]}
-    return t

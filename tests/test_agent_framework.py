@@ -95,7 +95,7 @@ def test_the_pydantic_ai_agent_calls_its_tools_in_one_token_exact_chain(hotpot_t
     trajs, policy = _episode_with_script(load_agent("reader_agent:run", str(PYDANTIC_AI)), task, tokenizer, script)
     assert len(trajs) == 1, [t.error for t in trajs]  # pydantic-ai sends its history back whole: no split
     t = trajs[0]
-    assert t.meta["calls"] == 3 and t.meta["splits"] == 0 and t.verdict["score"] == 1.0
+    assert t.meta["calls"] == 3 and t.meta["splits"] == 0 and t.verdict.score == 1.0
     assert [turn.action_ids for turn in t.turns] == [g.ids for g in policy.returned]  # the engine's own ids
     masked_out = tokenizer.decode([i for i, m in zip(t.token_ids(), t.loss_mask(), strict=True) if not m])
     assert doc.text in masked_out  # the read tool's result: context, not trained
@@ -134,7 +134,7 @@ def test_the_node_agent_reads_then_answers_in_one_chain_with_the_task_on_its_std
     trajs, policy = _episode_with_script(CommandAgent("node agent.mjs", NODE), task, tokenizer, script)
     assert len(trajs) == 1, [t.error for t in trajs]
     t = trajs[0]
-    assert t.meta["calls"] == 2 and t.meta["agent_answer"] == f"Answer: {task.answer}" and t.verdict["score"] == 1.0
+    assert t.meta["calls"] == 2 and t.meta["agent_answer"] == f"Answer: {task.answer}" and t.verdict.score == 1.0
     assert [turn.action_ids for turn in t.turns] == [g.ids for g in policy.returned]
     prompt = tokenizer.decode(t.token_ids())
     assert task.question in prompt and doc["text"] in prompt  # the task from stdin; the tool's result

@@ -40,7 +40,7 @@ def test_trajectory_ids_equal_the_chat_template_of_the_whole_conversation(hotpot
         policy_ids = [i for i, m in zip(traj.token_ids(), mask, strict=True) if m]
         assert policy_ids == [i for turn in traj.turns for i in turn.action_ids]
         assert tokenizer.decode(policy_ids) == "".join(t.action_text + "<|im_end|>" for t in traj.turns)
-        assert traj.verdict["details"]["em"] == 1.0
+        assert traj.verdict.details["em"] == 1.0
 
 
 class CutOff:

@@ -18,6 +18,7 @@ from sleuth.agents.trajectory import Trajectory, Turn
 from sleuth.tasks import load_tasks
 from sleuth.tasks.base import Task
 from sleuth.tasks.registry import label_fields
+from sleuth.verifiers.base import Verdict
 from sleuth.verifiers.extract import extract_answer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -162,12 +163,12 @@ def test_the_append_agent_evaluates_unchanged_and_every_text_it_received_is_reco
     assert len(trajs) == 3 and {t.episode for t in trajs} == set(texts)  # one chain each: appended
     for t in trajs:
         assert t.segments == 1 and t.meta["calls"] == len(t.turns) == len(texts[t.episode])
-        assert t.task_id == t.group and t.reward == t.verdict["score"] and t.terminated
+        assert t.task_id == t.group and t.reward == t.verdict.score and t.terminated
         for turn, text in zip(t.turns, texts[t.episode], strict=True):
             assert turn.action_ids and len(turn.action_logprobs) == len(turn.action_ids)
             assert turn.action_text == text == tokenizer.decode(turn.action_ids, skip_special_tokens=True)
         assert t.meta["agent_answer"] == texts[t.episode][-1]
-        assert t.verdict["details"]["prediction"] == extract_answer(t.meta["agent_answer"])  # as `sleuth score`
+        assert t.verdict.details["prediction"] == extract_answer(t.meta["agent_answer"])  # as `sleuth score`
 
 
 def test_a_rewriting_agent_gives_segments_that_train_only_what_it_received_and_counts_episodes(
@@ -185,7 +186,7 @@ def test_a_rewriting_agent_gives_segments_that_train_only_what_it_received_and_c
     assert set(by_episode) == set(texts)
     for session, segments in by_episode.items():
         assert len(segments) >= 2 and [s.segment for s in segments] == list(range(len(segments)))
-        assert len({json.dumps(s.verdict) for s in segments}) == 1  # the episode's verdict on each
+        assert all(s.verdict == segments[0].verdict is not None for s in segments)  # the episode's verdict on each
         masked = [tokenizer.decode([i for i, m in zip(s.token_ids(), s.loss_mask(), strict=True) if m],
                                    skip_special_tokens=True) for s in segments]
         assert masked == texts[session]  # under the mask: exactly what the model sent, never a prompt or note
@@ -215,7 +216,7 @@ def test_an_agent_that_raises_fails_its_episode_and_one_without_calls_is_scored(
 
 def _episode(task: Task, session: str, n: int) -> list[Trajectory]:
     return [Trajectory(task.id, "gateway", [1], [Turn([2], [-0.5], "a")], reward=1.0, terminated=True,
-                       verdict={"score": 1.0, "details": {"f1": 1.0}},
+                       verdict=Verdict(1.0, {"f1": 1.0}),
                        episode=session, segment=i, segments=n, meta={"calls": n, "splits": n - 1})
             for i in range(n)]
 

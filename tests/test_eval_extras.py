@@ -7,10 +7,11 @@ from sleuth.agents.compare import bootstrap_ci, compare
 from sleuth.agents.trajectory import Trajectory
 from sleuth.cli import main
 from sleuth.tasks import Task
+from sleuth.verifiers.base import Verdict
 
 
 def traj(task_id, score, **details):
-    return Trajectory(task_id, "env", [], verdict={"score": score, "details": details}, terminated=True)
+    return Trajectory(task_id, "env", [], verdict=Verdict(score, details), terminated=True)
 
 
 @pytest.mark.parametrize("n, c, k, expected", [(5, 2, 2, 1 - 3 / 10), (4, 1, 1, 0.25), (3, 0, 1, 0.0),
@@ -47,7 +48,7 @@ def test_per_task_has_tool_error_share_and_answered_by_hand():
 
     def episode(task_id, errors, answered):
         turns = [Turn([1], [0.0], "x", error="bad" if bad else None) for bad in errors]
-        return Trajectory(task_id, "env", [], turns=turns, verdict={"score": 0.0, "details": {"f1": 0.5}},
+        return Trajectory(task_id, "env", [], turns=turns, verdict=Verdict(0.0, {"f1": 0.5}),
                           terminated=answered, truncated=not answered)
 
     out = per_task([episode("a", [True, False, False, False], True), episode("a", [True, True], False),

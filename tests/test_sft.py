@@ -55,10 +55,11 @@ def test_sft_loss_touches_only_policy_tokens():
 
 def test_accepted_keeps_exactly_the_episodes_at_or_above_the_threshold():
     from sleuth.agents.trajectory import Trajectory, Turn
+    from sleuth.verifiers.base import Verdict
 
     def t(i, s, error=None, tokens=2):
         return Trajectory(f"t{i}", "env", [1], turns=[Turn([5] * tokens, [0.0] * tokens, "a")] if tokens else [],
-                          verdict={"score": s}, error=error)
+                          verdict=Verdict(s), error=error)
 
     trajs = [t(0, 1.0), t(1, 0.4), t(2, 0.5), t(3, 0.9, error="reset failed"), t(4, 0.7, tokens=0), t(5, 0.5)]
     assert [x.task_id for x in accepted(trajs, 0.5)] == ["t0", "t2", "t5"]

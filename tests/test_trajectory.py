@@ -1,6 +1,9 @@
+import json
+
 import pytest
 
 from sleuth.agents.trajectory import ReadEvent, Trajectory, Turn
+from sleuth.verifiers.base import Verdict
 
 
 def make_traj():
@@ -8,7 +11,7 @@ def make_traj():
               tool_call={"name": "read", "arguments": {"doc": 1}}, read=ReadEvent(1, "T", gold=True))
     t2 = Turn([9, 2], [-0.5, -0.6], "b", reward=1.0, policy_version=3)
     return Trajectory("task", "sleuth/DocRead-v0", [1, 2, 3], [t1, t2], reward=1.0,
-                      verdict={"score": 1.0, "details": {}}, terminated=True, stop_reason="final")
+                      verdict=Verdict(1.0, {"em": 1.0, "prediction": "Ann"}), terminated=True, stop_reason="final")
 
 
 def test_token_views_line_up():
@@ -24,19 +27,24 @@ def test_jsonl_round_trip_is_exact():
     assert Trajectory.from_json(t.to_json()) == t
 
 
+def test_the_verdict_is_typed_and_round_trips_through_jsonl_exactly():
+    t = make_traj()
+    line = t.to_json()
+    back = Trajectory.from_json(line)
+    assert isinstance(back.verdict, Verdict) and back.verdict == Verdict(1.0, {"em": 1.0, "prediction": "Ann"})
+    assert back.to_json() == line and json.loads(line)["verdict"] == {"score": 1.0, "details": back.verdict.details}
+    unscored = Trajectory("t", "env", [1], error="reset failed")
+    assert Trajectory.from_json(unscored.to_json()).verdict is None
+
+
 def test_logprob_count_must_match_ids():
     with pytest.raises(ValueError, match="logprobs"):
         Turn([1, 2], [0.0], "x")
 
 
-def test_read_event_is_typed_and_old_files_still_load():
+def test_read_event_is_typed():
     t = make_traj()
     back = Trajectory.from_json(t.to_json())
     assert isinstance(back.turns[0].read, ReadEvent) and back.turns[0].read.gold is True
-    legacy = t.to_dict()
-    legacy["turns"][0]["info"] = {"read": {"turn": 1, "doc": 4, "title": "X", "gold": False, "reread": False}}
-    del legacy["turns"][0]["read"]
-    old = Trajectory.from_dict(legacy)
-    assert old.turns[0].read == ReadEvent(4, "X", gold=False, turn=1) and "read" not in old.turns[0].info
     with pytest.raises(ValueError, match="needs a 'doc'"):
         ReadEvent.from_info({"title": "no doc"})

@@ -98,8 +98,7 @@ def components(trajs: Sequence[Trajectory]) -> dict[str, list[float]]:
     """Numeric verdict details (em, f1, support recall, ...) per trajectory, for reward-component metrics."""
     out: dict[str, list[float]] = {}
     for t in trajs:
-        details = (t.verdict or {}).get("details", {}) or {}
-        for k, v in details.items():
+        for k, v in (t.verdict.details if t.verdict else {}).items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 out.setdefault(k, []).append(float(v))
     return out
