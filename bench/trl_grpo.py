@@ -57,10 +57,10 @@ def sleuth_arm(zero_stage: int, share_prefix: bool = True, dtype: str = "fp32") 
     import numpy as np
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from sleuth import rewards
     from sleuth.agents.models import resolve_model
     from sleuth.agents.policy import Request, SamplingParams
     from sleuth.agents.trajectory import Trajectory, Turn
-    from sleuth.rewards import make_estimator
     from sleuth.training.engine import EngineConfig, build_engine, init_distributed
     from sleuth.training.losses import LossConfig
     from sleuth.training.rollout import TransformersRollout
@@ -77,7 +77,7 @@ def sleuth_arm(zero_stage: int, share_prefix: bool = True, dtype: str = "fp32") 
     rollout.policy.stop_ids = [-1]  # no stop token: every completion is exactly TOKENS long, as on TRL's side
     updater = PolicyUpdater(engine, LossConfig(), tok.pad_token_id or 0, micro_batch_tokens=1 << 20,
                             share_prefix=share_prefix)
-    grpo = make_estimator("grpo")
+    grpo = rewards.make("grpo")
     qs = questions()
     walls, cpus = [], []
     for step in range(STEPS + 1):

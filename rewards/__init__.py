@@ -11,14 +11,9 @@ from sleuth.rewards.base import (
     Advantages,
     Estimator,
     MixingSpec,
-    estimators,
     make,
-    make_estimator,
     names,
     register,
-    register_estimator,
 )
 
-__all__ = ["ESTIMATORS", "Advantages", "Estimator", "MixingSpec", "make", "names", "register",
-           # deprecated names
-           "estimators", "make_estimator", "register_estimator"]
+__all__ = ["ESTIMATORS", "Advantages", "Estimator", "MixingSpec", "make", "names", "register"]

@@ -10,7 +10,6 @@ with keyword arguments by `make`."""
 
 from __future__ import annotations
 
-import warnings
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -118,24 +117,6 @@ def make(name: str, **kwargs: Any) -> Estimator:
     if not isinstance(est, Estimator):
         raise TypeError(f"estimator {name!r} built a {type(est).__name__}, not a sleuth.rewards.Estimator subclass")
     return est
-
-
-def make_estimator(name: str, **kwargs: Any) -> Estimator:
-    """Deprecated name of `sleuth.rewards.make`."""
-    warnings.warn("make_estimator is deprecated: use sleuth.rewards.make", DeprecationWarning, stacklevel=2)
-    return make(name, **kwargs)
-
-
-def register_estimator(name: str) -> Callable[[Callable[..., Estimator]], Callable[..., Estimator]]:
-    """Deprecated name of `sleuth.rewards.register`."""
-    warnings.warn("register_estimator is deprecated: use sleuth.rewards.register", DeprecationWarning, stacklevel=2)
-    return register(name)
-
-
-def estimators() -> list[str]:
-    """Deprecated name of `sleuth.rewards.names`."""
-    warnings.warn("estimators() is deprecated: use sleuth.rewards.names()", DeprecationWarning, stacklevel=2)
-    return names()
 
 
 # -- helpers shared by estimators -------------------------------------------------------------------

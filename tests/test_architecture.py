@@ -26,7 +26,6 @@ ALLOWED = {
     "net": set(),
     "rundir": set(),
     "registry": set(),
-    "serving": {"net"},  # the deprecated name of net
 }
 FOLDERS = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
 

@@ -7,9 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sleuth import rewards
 from sleuth.agents.trajectory import ReadEvent, Trajectory, Turn
-from sleuth.rewards import make as make_estimator
-from sleuth.rewards import names as estimators
 from sleuth.rewards.group import group_advantages
 
 
@@ -21,7 +20,7 @@ def traj(task: str, reward: float, tokens=(2, 3)) -> Trajectory:
 def test_grpo_by_hand():
     # rewards 1, 0, 0, 1 → mean 0.5, sample std √(4·0.25/3) = 0.57735 → ±0.86603
     trajs = [traj("a", r) for r in (1, 0, 0, 1)] + [traj("b", r) for r in (0.2, 0.8)]
-    adv = make_estimator("grpo")(trajs, {}).values
+    adv = rewards.make("grpo")(trajs, {}).values
     assert [a[0] for a in adv[:4]] == pytest.approx([0.86603, -0.86603, -0.86603, 0.86603], abs=1e-4)
     # 0.2, 0.8 → mean 0.5, sample std 0.42426 → ∓0.70711 = ∓(G−1)/√G, the bound reached
     assert [a[0] for a in adv[4:]] == pytest.approx([-0.70711, 0.70711], abs=1e-4)
@@ -30,15 +29,15 @@ def test_grpo_by_hand():
 
 def test_dr_grpo_and_rloo_by_hand():
     trajs = [traj("a", r) for r in (1.0, 0.0, 0.0)]
-    dr = [a[0] for a in make_estimator("dr_grpo")(trajs, {}).values]
+    dr = [a[0] for a in rewards.make("dr_grpo")(trajs, {}).values]
     assert dr == pytest.approx([2 / 3, -1 / 3, -1 / 3])
-    rloo = [a[0] for a in make_estimator("rloo")(trajs, {}).values]
+    rloo = [a[0] for a in rewards.make("rloo")(trajs, {}).values]
     # r_i − mean of the others: 1 − 0, 0 − 0.5, 0 − 0.5
     assert rloo == pytest.approx([1.0, -0.5, -0.5])
 
 
 def test_zero_variance_group_gets_zero_advantage():
-    adv = make_estimator("grpo")([traj("a", 0.3)] * 4, {}).values
+    adv = rewards.make("grpo")([traj("a", 0.3)] * 4, {}).values
     assert all(np.all(a == 0) for a in adv)
 
 
@@ -51,10 +50,10 @@ def test_grpo_bound(rewards):
 
 def test_unknown_estimator_and_arguments_are_refused():
     with pytest.raises(ValueError, match="did you mean .grpo.*known: .*grpo"):
-        make_estimator("grpo2")
+        rewards.make("grpo2")
     with pytest.raises(ValueError, match="bad arguments"):
-        make_estimator("dr_grpo", eps=1)
-    assert {"grpo", "dr_grpo", "rloo"} <= set(estimators())
+        rewards.make("dr_grpo", eps=1)
+    assert {"grpo", "dr_grpo", "rloo"} <= set(rewards.names())
 
 
 def _obs_traj(task, observations, reward):
@@ -203,14 +202,14 @@ def test_refresh_and_policy_checks_reach_a_nested_step_reward():
             self.cleared += 1
 
     for name, args in (("gigpo", {}), ("cw_grpo_adv", {}), ("gear_mix", {"granularities": ["outcome", "info_gain"]})):
-        est = make_estimator(name, **args, step_reward={"variant": "gold_prob", "reader": Reader(), "refresh_every": 2})
+        est = rewards.make(name, **args, step_reward={"variant": "gold_prob", "reader": Reader(), "refresh_every": 2})
         assert isinstance(est.step_source, InfoGain)
         assert [est.refresh_due(s) for s in (1, 2, 3, 4)] == [False, True, False, True], name
         est.refresh({"w": 1})
         assert est.step_source.reader.loaded == {"w": 1} and est.step_source.reader.cleared == 1
         with pytest.raises(ValueError, match="tokenizer is not the policy's"):
             est.check_policy(type("Other", (), {"get_vocab": lambda self: {"b": 0}})())
-    assert not make_estimator("grpo").refresh_due(1)
+    assert not rewards.make("grpo").refresh_due(1)
 
 
 def test_a_factory_that_builds_no_estimator_is_refused():
@@ -222,6 +221,6 @@ def test_a_factory_that_builds_no_estimator_is_refused():
 
     try:
         with pytest.raises(TypeError, match="not a sleuth.rewards.Estimator"):
-            make_estimator("_not_an_estimator")
+            rewards.make("_not_an_estimator")
     finally:
         ESTIMATORS.unregister("_not_an_estimator")

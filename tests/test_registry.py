@@ -91,13 +91,3 @@ def test_an_unknown_env_is_still_gymnasiums_error():
 
     with pytest.raises(gymnasium.error.NameNotFound):
         sleuth.make("Nope-v9")
-
-
-def test_deprecated_estimator_names_warn_and_work():
-    from sleuth import rewards
-
-    with pytest.warns(DeprecationWarning, match="use sleuth.rewards.make"):
-        est = rewards.make_estimator("grpo")
-    assert isinstance(est, rewards.Estimator)
-    with pytest.warns(DeprecationWarning, match=r"use sleuth.rewards.names\(\)"):
-        assert "grpo" in rewards.estimators()
