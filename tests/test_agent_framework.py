@@ -137,7 +137,7 @@ def test_the_node_agent_reads_then_answers_in_one_chain_with_the_task_on_its_std
     assert t.meta["calls"] == 2 and t.meta["agent_answer"] == f"Answer: {task.answer}" and t.verdict.score == 1.0
     assert [turn.action_ids for turn in t.turns] == [g.ids for g in policy.returned]
     prompt = tokenizer.decode(t.token_ids())
-    assert task.question in prompt and doc["text"] in prompt  # the task from stdin; the tool's result
+    assert task.question in prompt and doc.text in prompt  # the task from stdin; the tool's result
 
 
 def test_a_command_that_exits_1_fails_its_episode_and_the_eval(tmp_path, tiny_model_dir, hotpot_tasks):
