@@ -16,14 +16,11 @@ from sleuth.cli_train import add_training_parsers
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
-
     from sleuth.envs.registry import registrations
 
     for env_id, reg in registrations().items():
-        print(f"{env_id:32s} {reg.entry_point:44s} {reg.source}")
+        print(f"{env_id:32s} {reg.target:44s} {reg.source}")
     return 0
-
-
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -170,8 +167,13 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
 
 
 def cmd_serve_verifier(args: argparse.Namespace) -> int:
+    from sleuth.verifiers.registry import get_verifier
     from sleuth.verifiers.server import serve
 
+    try:
+        get_verifier(args.name)
+    except (LookupError, ImportError) as e:  # an unknown name (with the closest one), or a plugin that does not load
+        return _fail(one_line(str(e)))
     print(f"serving the {args.name} verifier on http://{args.host}:{args.port}", flush=True)
     serve(args.name, args.host, args.port, args.workers)
     return 0
@@ -185,7 +187,8 @@ def cmd_serve_gateway(args: argparse.Namespace) -> int:
     import uvicorn
 
     from sleuth.agents.gateway import Gateway, create_app
-    from sleuth.agents.policy import SamplingParams, load_policy
+    from sleuth.agents.policies import load_policy
+    from sleuth.agents.policy import SamplingParams
 
     try:
         loopback = args.host == "localhost" or ipaddress.ip_address(args.host).is_loopback
@@ -235,6 +238,9 @@ def _read_queries(path: str, id_field: str, text_field: str) -> list[tuple[str, 
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from sleuth.verifiers.registry import VERIFIERS
+
+    verifiers = ", ".join(VERIFIERS.names())  # plugins' included
     p = argparse.ArgumentParser(prog="sleuth", description=__doc__)
     # The deepspeed launcher puts --local_rank=N before the subcommand (LOCAL_RANK is also in the environment).
     p.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
@@ -248,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", help="also write compare.md and compare.png here")
     c.set_defaults(fn=cmd_compare)
     s = sub.add_parser("score", help="score JSONL records (data-set layout + a 'response' field) with a verifier")
-    s.add_argument("--verifier", required=True, help="qa, code, swe, or a plugin's verifier (e.g. the example's sql)")
+    s.add_argument("--verifier", required=True, help=f"a registered verifier: {verifiers}")
     s.add_argument("--input", required=True, help="JSONL records in their data set's layout, each with a 'response'")
     s.add_argument("--out", required=True, help="JSONL: each record with 'score' and 'details' (never the input file)")
     s.add_argument("--workers", type=bounded(int, 1), default=2,
@@ -298,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     en.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
     en.set_defaults(fn=cmd_serve_env)
     v = sv.add_parser("verifier", help="serve a verifier over HTTP (POST /score, POST /get_reward, GET /health)")
-    v.add_argument("--name", required=True, choices=["qa", "code", "swe"])
+    v.add_argument("--name", required=True, help=f"a registered verifier: {verifiers}")
     v.add_argument("--host", default="127.0.0.1")
     v.add_argument("--port", type=bounded(int, 0), default=8001)
     v.add_argument("--workers", type=bounded(int, 1), default=4, help="records scored at once (code: sandbox runs)")

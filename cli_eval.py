@@ -63,7 +63,7 @@ def _eval_mode(args: argparse.Namespace) -> str | None:
     """Why the options of `sleuth eval` do not go together (None: they do), the env defaults filled in. An
     agent (`--agent`, `--agent-command`) is its own harness, tools and prompt: env options do not apply to it,
     and its answers are scored by the verifier it names."""
-    from sleuth.agents.policy import SCRIPTED_POLICIES
+    from sleuth.agents.policies import SCRIPTED_POLICIES
     from sleuth.registry import UnknownNameError
     from sleuth.verifiers.registry import VERIFIERS
 
@@ -181,7 +181,7 @@ def _load_policy(spec: str, args: argparse.Namespace) -> tuple[Any, Callable[[],
     """The policy named `spec` and what releases it: with `--cluster ray` a model runs in
     `--rollout-workers` Ray actors (restarted when they die, their requests re-sent); scripted baselines
     always run here."""
-    from sleuth.agents.policy import SCRIPTED_POLICIES, load_policy
+    from sleuth.agents.policies import SCRIPTED_POLICIES, load_policy
 
     if args.cluster != "ray" or spec in SCRIPTED_POLICIES:
         return load_policy(spec, seed=args.seed), lambda: None
@@ -225,6 +225,11 @@ def _print_table(summaries: list[dict[str, Any]]) -> None:
 
 def add_eval_parser(sub: Any) -> None:
     """Register `eval` on the `sleuth` subparsers."""
+    from sleuth.agents.models import EMBEDDED
+    from sleuth.agents.policies import SCRIPTED_POLICIES
+    from sleuth.envs.parsers import PARSERS
+    from sleuth.verifiers.registry import VERIFIERS
+
     e = sub.add_parser("eval", help="evaluate policies on held-out tasks")
     e.add_argument("--env", help=f"a registered env id (`sleuth envs` lists them; default {DEFAULT_EVAL_ENV})")
     e.add_argument("--agent", metavar="MODULE:FUNCTION",
@@ -238,15 +243,13 @@ def add_eval_parser(sub: Any) -> None:
                    help="the directory to import the agent's module from, or to run its command in (default: the "
                         "working directory)")
     e.add_argument("--verifier", help="with --agent or --agent-command: the registered verifier that scores its "
-                   "answers (qa, code, swe, or a plugin's)")
+                   f"answers ({', '.join(VERIFIERS.names())})")
     e.add_argument("--tasks", required=True, help="NAME:SPLIT or NAME:PATH (e.g. hotpotqa:test)")
-    e.add_argument("--policy", default="smollm2",
-                   help="comma list of: smollm2, random, first-k, lexical (reads titles the question and read text "
-                        "name), oracle, "
-                        "oracle-title, oracle-lexical, noop (answers nothing), a local "
-                        "model directory or a hub id already in the local Hugging Face cache")
-    e.add_argument("--harness", help="comma list of tool-call formats: json (Hermes/OpenAI JSON "
-                   "calls; the default), text (`read 3`), tags (`<search>q</search>`, Search-R1 style)")
+    e.add_argument("--policy", default=EMBEDDED,
+                   help=f"comma list of: {EMBEDDED}, a scripted baseline ({', '.join(SCRIPTED_POLICIES.names())}), "
+                        "a local model directory or a hub id already in the local Hugging Face cache")
+    e.add_argument("--harness", help=f"comma list of tool-call formats ({', '.join(PARSERS.names())}; default "
+                   f"{DEFAULT_HARNESS}: Hermes/OpenAI JSON calls)")
     e.add_argument("--limit", type=bounded(int, 1), default=None, help="the first N tasks")
     e.add_argument("--out", type=output_dir, required=True, help="run directory (one sub-folder per policy × harness)")
     e.add_argument("--max-tokens", type=bounded(int, 1), default=64, help="tokens per turn")

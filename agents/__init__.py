@@ -4,7 +4,8 @@ Importing this package loads no torch; `TransformersPolicy` lives in `sleuth.age
 
 from sleuth.agents.chat import ChatRenderer
 from sleuth.agents.loop import run_episodes
-from sleuth.agents.policy import Generation, Policy, Request, SamplingParams, load_policy, load_tokenizer
+from sleuth.agents.policies import load_policy, load_tokenizer
+from sleuth.agents.policy import Generation, Policy, Request, SamplingParams
 from sleuth.agents.trajectory import Trajectory, Turn
 
 __all__ = ["ChatRenderer", "run_episodes", "load_policy", "load_tokenizer", "Generation", "Policy", "Request",

@@ -123,7 +123,7 @@ def reports_reads(env: str) -> bool:
     question: the oracle reads or opens every supporting document."""
     import sleuth as sl
     from sleuth.agents.loop import run_episodes
-    from sleuth.agents.policy import load_policy
+    from sleuth.agents.policies import load_policy
     from sleuth.tasks import load_tasks
 
     trajs = list(run_episodes(lambda: sl.make(env, harness="text"), load_tasks("hotpotqa:train", limit=1),

@@ -13,7 +13,7 @@ from common import publish
 
 import sleuth
 from sleuth.agents.loop import run_episodes
-from sleuth.agents.policy import load_policy
+from sleuth.agents.policies import load_policy
 from sleuth.envs.remote import RemoteEnv
 from sleuth.net import subprocess_server
 from sleuth.tasks import load_tasks

@@ -198,7 +198,8 @@ def check_agent_matches_env() -> None:
 
 
 def episodes_section(args: argparse.Namespace, tasks: list[Any], warm: list[int]) -> list[str]:
-    from sleuth.agents.policy import SamplingParams, load_policy
+    from sleuth.agents.policies import load_policy
+    from sleuth.agents.policy import SamplingParams
 
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
     arms = []
@@ -321,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
     tasks, spare = loaded[:args.tasks], loaded[-1]  # the spare task warms engines up and drives the overhead runs
     parts = []
     if {"episodes", "vllm"} & set(args.sections):
-        from sleuth.agents.policy import load_tokenizer
+        from sleuth.agents.policies import load_tokenizer
 
         tok = load_tokenizer(args.model)
         warm = ChatRenderer(tok).prompt_ids([{"role": "user", "content": spare.question}])

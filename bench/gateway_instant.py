@@ -42,7 +42,8 @@ class InstantPolicy:
 def instant_gateway() -> Any:
     """A `Gateway` over a fresh `InstantPolicy` with SmolLM2's tokenizer."""
     from sleuth.agents.gateway import Gateway
-    from sleuth.agents.policy import SamplingParams, load_tokenizer
+    from sleuth.agents.policies import load_tokenizer
+    from sleuth.agents.policy import SamplingParams
 
     return Gateway(InstantPolicy(load_tokenizer("smollm2")), SamplingParams(max_tokens=INSTANT_MAX_TOKENS))
 

@@ -130,7 +130,7 @@ def measure(model_path: str, args: argparse.Namespace) -> tuple[list[Arm], list[
     import ray
 
     from sleuth.agents.chat import ChatRenderer
-    from sleuth.agents.policy import load_tokenizer
+    from sleuth.agents.policies import load_tokenizer
     from sleuth.tasks import load_tasks
 
     loaded = load_tasks("hotpotqa:test", limit=args.tasks + 1)

@@ -33,7 +33,8 @@ from common import publish
 
 import sleuth
 from sleuth.agents.loop import run_episodes
-from sleuth.agents.policy import Generation, SamplingParams, load_policy
+from sleuth.agents.policies import load_policy
+from sleuth.agents.policy import Generation, SamplingParams
 from sleuth.tasks import load_tasks
 
 
@@ -248,7 +249,7 @@ def sim_arm(live: int, arm: str, scale: float, tok: Any, steps: int = 3, train_s
 
 
 def sim(scale: float) -> list[str]:
-    from sleuth.agents.policy import load_tokenizer
+    from sleuth.agents.policies import load_tokenizer
 
     tok = load_tokenizer()
     rows = ["| live episodes | loop | s per training step | vs lock-step | engine busy | dropped | mean staleness |",

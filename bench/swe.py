@@ -105,7 +105,8 @@ def build_rows(sets: list[str], n: int) -> list[str]:
 
 def agent_rows(sets: list[str]) -> list[str]:
     from sleuth.agents.evaluate import evaluate
-    from sleuth.agents.policy import SamplingParams, load_policy
+    from sleuth.agents.policies import load_policy
+    from sleuth.agents.policy import SamplingParams
 
     rows = ["| package | tasks | gold agent solved | do-nothing solved | gold wall s |", "|---|---|---|---|---|"]
     for name in sets:

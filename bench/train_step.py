@@ -32,7 +32,8 @@ from sleuth.agents.chat import ChatRenderer
 from sleuth.agents.hf import TransformersPolicy
 from sleuth.agents.loop import run_episodes
 from sleuth.agents.models import resolve_model
-from sleuth.agents.policy import Request, SamplingParams, load_policy
+from sleuth.agents.policies import load_policy
+from sleuth.agents.policy import Request, SamplingParams
 from sleuth.tasks import load_tasks
 
 N_PROMPTS, MAX_TOKENS, ROUNDS = 16, 48, 2

@@ -33,7 +33,7 @@ def episodes(n: int) -> list:
     documents, first-k the first three, random three at random, on different questions."""
     import sleuth
     from sleuth.agents.loop import run_episodes
-    from sleuth.agents.policy import load_policy
+    from sleuth.agents.policies import load_policy
     from sleuth.tasks import load_tasks
 
     make = lambda: sleuth.make("DocRead-v0", harness="text")  # noqa: E731

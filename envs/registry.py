@@ -1,6 +1,7 @@
 """Env registration through gymnasium's registry, under the `sleuth/` namespace by default, so
 `gymnasium.make("sleuth/DocRead-v0")` and `sleuth.make("DocRead-v0")` build the same env. `ENVS` (a
-`sleuth.registry.Registry`) records who registered each id; gymnasium holds the env specs.
+`sleuth.registry.Registry`) holds every env id with its entry point and who registered it; gymnasium holds
+the env specs.
 
 Plugins: another installed package registers envs through the entry-point group `sleuth.envs`
 (name = env id, value = "module:Class"), e.g. in its pyproject.toml:
@@ -8,37 +9,30 @@ Plugins: another installed package registers envs through the entry-point group 
     [project.entry-points."sleuth.envs"]
     "acme/Sql-v0" = "acme_envs.sql:SqlEnv"
 
-They are registered when sleuth is imported (the class is imported only when the env is made).
+`sleuth.make` reads the group on its first call and imports a plugin's class when its env is made;
+`load_plugins()` hands every declared env to gymnasium, for code that calls `gymnasium.make` itself.
 `make("module:Class")` also builds any env class directly.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium
 
-from sleuth.registry import Registry, UnknownNameError
+from sleuth.registry import Entry, Registry, UnknownNameError, target_of
 
 NAMESPACE = "sleuth"
 ENV_GROUP = "sleuth.envs"
-
-
-@dataclass(frozen=True)
-class Registration:
-    entry_point: str
-    source: str  # the distribution that registered it ("sleuth", a plugin's name, or "user")
 
 
 class UnknownEnvError(UnknownNameError, gymnasium.error.NameNotFound):
     """An env id that is registered neither with sleuth nor with gymnasium."""
 
 
-# The entry-point group is read by `load_plugins` at import, not lazily: gymnasium must know every id then.
-ENVS: Registry[Registration] = Registry("env")
+# full env id -> the env class or factory (a "module:Class" string until the env is first made)
+ENVS: Registry[Callable[..., gymnasium.Env]] = Registry("env", group=ENV_GROUP)
 
 
 def _full_id(env_id: str) -> str:
@@ -47,16 +41,31 @@ def _full_id(env_id: str) -> str:
 
 def register(env_id: str, entry_point: str | Callable[..., gymnasium.Env], source: str = "user",
              **kwargs: Any) -> str:
-    """Register an env (a class, a factory, or a "module:Class" string). Ids without a namespace go under
-    `sleuth/`. Registering a taken id with another entry point replaces it, with a warning. Returns the
-    full id."""
+    """Register an env (a class, a factory, or a "module:Class" string, imported when first made). Ids
+    without a namespace go under `sleuth/`. Registering a taken id with another entry point replaces it,
+    with a warning. `kwargs` are the env's default arguments. Returns the full id."""
     full = _full_id(env_id)
-    where = entry_point if isinstance(entry_point, str) else f"{entry_point.__module__}:{entry_point.__qualname__}"
-    ENVS.register(full, Registration(where, source), source)
+    ENVS.register(full, entry_point, source)
+    _to_gymnasium(full, entry_point, kwargs)
+    return full
+
+
+def _to_gymnasium(full: str, entry_point: str | Callable[..., gymnasium.Env], kwargs: dict[str, Any]) -> None:
     if full in gymnasium.registry:
         del gymnasium.registry[full]
     gymnasium.register(id=full, entry_point=entry_point, kwargs=kwargs)
-    return full
+
+
+def _sync(full: str) -> bool:
+    """Give gymnasium the env `ENVS` holds for `full` if gymnasium holds another or none (a plugin's env,
+    or a plugin's replacement of a registered one); True if it did."""
+    entry = ENVS.entry(full)
+    spec = gymnasium.registry.get(full)
+    if spec is not None and (spec.entry_point if isinstance(spec.entry_point, str)
+                             else target_of(spec.entry_point)) == entry.target:
+        return False
+    _to_gymnasium(full, entry.target, {})
+    return True
 
 
 def make(env_id: str, **kwargs: Any) -> gymnasium.Env:
@@ -64,12 +73,17 @@ def make(env_id: str, **kwargs: Any) -> gymnasium.Env:
     if ":" in env_id and "/" not in env_id:
         module, _, cls = env_id.partition(":")
         full = _full_id(f"{module}.{cls}")
-        if full not in gymnasium.registry:
+        if full not in ENVS:
             register(full, env_id, source="module:Class")
     else:
         full = _full_id(env_id)
-    if full not in gymnasium.registry:
-        raise UnknownEnvError(ENVS.unknown(env_id, _bare_ids()))
+    try:
+        ENVS.get(full)  # imported here: an env that does not import fails with its id and who declared it
+    except UnknownNameError:
+        if full not in gymnasium.registry:  # gymnasium's own envs are made too
+            raise UnknownEnvError(ENVS.unknown(env_id, _bare_ids())) from None
+    else:
+        _sync(full)
     # Without gymnasium's passive checker: after a reset that raised (bad task data) it leaves itself
     # without the reset's output and fails every later step with a TypeError, though the env is fine.
     # The tests run gymnasium's full `check_env` on the built-in envs instead.
@@ -84,26 +98,19 @@ def _bare_ids() -> list[str]:
 
 def registered() -> dict[str, str]:
     """Env ids registered through sleuth (built-in, plugin and user envs) → entry point."""
-    return {k: v.entry_point for k, v in registrations().items()}
+    return {k: v.target for k, v in registrations().items()}
 
 
-def registrations() -> dict[str, Registration]:
-    return {name: entry.value for name, entry in ENVS.entries().items()}
+def registrations() -> dict[str, Entry]:
+    """Env ids → entry point and who registered it; no env is imported."""
+    return ENVS.entries()
 
 
 def load_plugins() -> list[str]:
-    """Register the envs that installed packages declare under the `sleuth.envs` entry-point group with
-    gymnasium (their modules are imported only when made). A malformed declaration is skipped with a
-    warning, never breaking import."""
-    import importlib.metadata
-
-    found = []
-    for ep in importlib.metadata.entry_points(group=ENV_GROUP):
-        if ":" not in ep.value:
-            warnings.warn(f"sleuth plugin {ep.name!r} has entry point {ep.value!r}, not 'module:Class'", stacklevel=2)
-            continue
-        found.append(register(ep.name, ep.value, source=ep.dist.name if ep.dist else "plugin"))
-    return found
+    """Give gymnasium every env that installed packages declare under `sleuth.envs` (each is imported
+    when made), so `gymnasium.make` and `gymnasium.make_vec` know them; returns the ids it gave."""
+    ENVS.load_entry_points(again=True)  # packages installed since the first lookup
+    return [full for full in ENVS.names() if _sync(full)]
 
 
 register("DocRead-v0", "sleuth.envs.docread:DocReadEnv", source="sleuth")
@@ -111,4 +118,3 @@ register("Code-v0", "sleuth.envs.code:CodeEnv", source="sleuth")
 register("Search-v0", "sleuth.envs.search:SearchEnv", source="sleuth")
 register("Remote-v0", "sleuth.envs.remote:RemoteEnv", source="sleuth")
 register("SWE-v0", "sleuth.envs.swe:SWEEnv", source="sleuth")
-load_plugins()

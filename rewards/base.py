@@ -76,9 +76,13 @@ class Estimator(ABC):
 ESTIMATORS: Registry[Callable[..., Estimator]] = Registry("advantage estimator", group=ESTIMATOR_GROUP)
 
 
-def register(name: str, source: str = "user") -> Callable[[Callable[..., Estimator]], Callable[..., Estimator]]:
-    """`@sleuth.rewards.register("name")` on an `Estimator` subclass or a factory that returns one."""
-    return ESTIMATORS.decorator(name, source)
+def register(name: str, value: Callable[..., Estimator] | str | None = None, source: str = "user") -> Any:
+    """Add estimator `name`: an `Estimator` subclass or a factory of one, or a "module:attr" string imported
+    when first made. Without `value` it is the decorator `@sleuth.rewards.register("name")`, which registers
+    what it decorates through the same call."""
+    if value is None:
+        return ESTIMATORS.decorator(name, source)
+    return ESTIMATORS.register(name, value, source)
 
 
 def names() -> list[str]:

@@ -78,7 +78,8 @@ class LLMJudge:
 
     def __init__(self, policy: str = "smollm2", max_tokens: int = 16):
         from sleuth.agents.chat import ChatRenderer
-        from sleuth.agents.policy import SamplingParams, load_policy
+        from sleuth.agents.policies import load_policy
+        from sleuth.agents.policy import SamplingParams
 
         self.policy = load_policy(policy)
         self.renderer = ChatRenderer(self.policy.tokenizer)

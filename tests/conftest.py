@@ -33,7 +33,7 @@ def hotpot_tasks():
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from sleuth.agents.policy import load_tokenizer
+    from sleuth.agents.policies import load_tokenizer
 
     return load_tokenizer("smollm2")
 

@@ -7,7 +7,8 @@ import pytest
 import sleuth
 from sleuth.agents.chat import ChatRenderer
 from sleuth.agents.loop import run_episodes
-from sleuth.agents.policy import Generation, SamplingParams, load_policy
+from sleuth.agents.policies import load_policy
+from sleuth.agents.policy import Generation, SamplingParams
 from sleuth.tasks import Task
 
 

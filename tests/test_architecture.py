@@ -86,7 +86,7 @@ def test_the_registries_the_page_names_are_registries_with_those_entry_point_gro
 def test_the_protocols_the_page_names_exist():
     for dotted in re.findall(r"`(sleuth\.[\w.]+)`", DOC):
         if dotted.count(".") < 1 or dotted in ("sleuth.estimators", "sleuth.envs", "sleuth.tasks",
-                                               "sleuth.verifiers", "sleuth.parsers"):
+                                               "sleuth.verifiers", "sleuth.extractors", "sleuth.parsers"):
             continue  # entry-point groups, and packages that are checked as folders
         module, _, attr = dotted.rpartition(".")
         try:
@@ -94,3 +94,11 @@ def test_the_protocols_the_page_names_exist():
         except ImportError:
             obj = getattr(importlib.import_module(module), attr, None)
         assert obj is not None, dotted
+
+
+def test_the_policy_protocol_imports_no_policy():
+    """`agents/policy.py` holds the protocol and its data; the factory (`agents/policies.py`) imports the
+    implementations, which import the protocol, so nothing imports back."""
+    tree = ast.parse((ROOT / "agents" / "policy.py").read_text(encoding="utf-8"))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not {m for m in imported if m.startswith("sleuth.agents")}, imported

@@ -11,7 +11,8 @@ import torch
 
 import sleuth
 from sleuth.agents.loop import run_episodes
-from sleuth.agents.policy import Generation, SamplingParams, load_policy
+from sleuth.agents.policies import load_policy
+from sleuth.agents.policy import Generation, SamplingParams
 from sleuth.agents.requests import WeightsGate
 from sleuth.training.async_rollout import RolloutStream
 from sleuth.training.batch import build_batch

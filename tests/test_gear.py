@@ -6,7 +6,7 @@ import pytest
 
 import sleuth
 from sleuth.agents.loop import run_episodes
-from sleuth.agents.policy import load_policy
+from sleuth.agents.policies import load_policy
 from sleuth.rewards.gear import GearGT, segment_starts, segment_weights
 
 

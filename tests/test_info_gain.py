@@ -85,7 +85,7 @@ def test_a_read_the_policy_never_saw_gains_nothing(hotpot_tasks):
     once scored as a new, empty document)."""
     import sleuth
     from sleuth.agents.loop import run_episodes
-    from sleuth.agents.policy import load_policy
+    from sleuth.agents.policies import load_policy
 
     task = hotpot_tasks[0]
     make = lambda: sleuth.make("DocRead-v0", harness="text", budget=1)  # noqa: E731

@@ -1,5 +1,6 @@
 """Envs, task loaders and verifiers from other installed packages, through entry points."""
 
+import subprocess
 import sys
 import textwrap
 
@@ -8,9 +9,9 @@ import pytest
 
 import sleuth
 from sleuth.cli import main
-from sleuth.envs.registry import load_plugins, registrations
+from sleuth.envs.registry import ENVS, load_plugins, registrations
 from sleuth.tasks import load_tasks
-from sleuth.verifiers.registry import get_verifier
+from sleuth.verifiers.registry import VERIFIERS, get_verifier, score
 
 
 @pytest.fixture
@@ -34,6 +35,9 @@ def plugin_package(tmp_path, monkeypatch):
         class Loud:
             def __call__(self, task, response, **_):
                 return Verdict(float(response.isupper()))
+
+        def last_word(text):
+            return text.split()[-1]
     '''))
     info = tmp_path / "acme_plugin-1.0.dist-info"
     info.mkdir()
@@ -41,7 +45,8 @@ def plugin_package(tmp_path, monkeypatch):
     (info / "entry_points.txt").write_text(
         "[sleuth.envs]\nacme/Echo-v0 = acme_plugin:EchoEnv\n\n"
         "[sleuth.tasks]\nacme = acme_plugin:load\n\n"
-        "[sleuth.verifiers]\nloud = acme_plugin:Loud\n")
+        "[sleuth.verifiers]\nloud = acme_plugin:Loud\n\n"
+        "[sleuth.extractors]\nloud = acme_plugin:last_word\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "data").mkdir()
     monkeypatch.setenv("SLEUTH_DATA", str(tmp_path / "data"))
@@ -59,6 +64,8 @@ def test_plugin_env_task_loader_and_verifier(plugin_package, capsys):
     _, reward, terminated, *_ = env.step('<tool_call>{"name": "say", "arguments": {"text": "hi"}}</tool_call>')
     assert terminated and reward == 1.0
     assert get_verifier("loud")({}, "HEY").score == 1.0
+    assert score("loud", {}, "whisper HEY") == 1.0  # the plugin's extractor picks the last word
+    assert score("loud", {}, "whisper HEY", extract=False) == 0.0
     assert main(["envs"]) == 0
     assert "acme/Echo-v0" in capsys.readouterr().out
 
@@ -69,14 +76,52 @@ def test_module_colon_class_builds_any_env(hotpot_tasks):
     assert info["budget"] == 1
 
 
-def test_broken_plugin_entry_is_skipped_with_a_warning(tmp_path, monkeypatch):
+def test_a_broken_plugin_costs_only_its_own_names(tmp_path, monkeypatch):
     info = tmp_path / "broken-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[sleuth.envs]\nbad/Env-v0 = no_colon_here\n")
+    (info / "entry_points.txt").write_text("[sleuth.envs]\nbad/Env-v0 = no_such_module:Env\n\n"
+                                           "[sleuth.verifiers]\nbroken = no_such_module:Verifier\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.warns(UserWarning, match="not 'module:Class'"):
-        assert "bad/Env-v0" not in load_plugins()
+    try:
+        assert "bad/Env-v0" in load_plugins()  # declared, listed, not imported
+        assert registrations()["bad/Env-v0"].source == "broken"
+        with pytest.raises(ImportError, match=r"env 'bad/Env-v0' that broken declares \(no_such_module:Env\) does "
+                                              "not load: ModuleNotFoundError"):
+            sleuth.make("bad/Env-v0")
+        with pytest.raises(ImportError, match="verifier 'broken' that broken declares"):
+            get_verifier("broken")
+        sleuth.make("DocRead-v0").close()
+        assert get_verifier("qa")({"answer": "x"}, "x").score == 1.0
+    finally:
+        ENVS.unregister("bad/Env-v0")
+        VERIFIERS.unregister("broken")
+        gymnasium.registry.pop("bad/Env-v0", None)
+
+
+def test_importing_sleuth_reads_no_entry_point():
+    """Plugins are read on the first lookup of a registry, not at import."""
+    code = ("import importlib.metadata as m\n"
+            "groups, real = [], m.entry_points\n"
+            "m.entry_points = lambda **kw: groups.append(kw.get('group')) or real(**kw)\n"
+            "import sleuth, sleuth.agents.policies, sleuth.envs.parsers, sleuth.tasks, sleuth.verifiers.registry\n"
+            "print([g for g in groups if g and g.startswith('sleuth.')])\n"
+            "sleuth.make('DocRead-v0')\n"
+            "print([g for g in groups if g and g.startswith('sleuth.')])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    before, after = out.splitlines()
+    assert before == "[]" and "'sleuth.envs'" in after
+
+
+def test_serve_verifier_takes_a_plugin_verifier_and_refuses_an_unknown_name(plugin_package, monkeypatch, capsys):
+    import sleuth.verifiers.server as server
+
+    served = []
+    monkeypatch.setattr(server, "serve", lambda name, host, port, workers: served.append(name))
+    assert main(["serve", "verifier", "--name", "loud", "--port", "0"]) == 0 and served == ["loud"]
+    assert main(["serve", "verifier", "--name", "lod", "--port", "0"]) == 2 and served == ["loud"]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown verifier 'lod' (did you mean 'loud'?)" in err
 
 
 def test_eval_on_a_plugin_env_fails_clearly_for_a_baseline_that_cannot_act(plugin_package, tmp_path, capsys):

@@ -1,6 +1,7 @@
 """One registry idiom: did-you-mean, override warnings, entry points read once, for every extension point."""
 
 import importlib.metadata
+import sys
 import warnings
 
 import gymnasium
@@ -29,7 +30,7 @@ def test_override_warns_and_same_value_does_not():
         reg.register("a", 1, "sleuth")  # the same registration again (a re-import): silent
     with pytest.warns(UserWarning, match="widget 'a' registered by me replaces the one from sleuth"):
         reg.register("a", 2, "me")
-    assert reg.entry("a").value == 2 and reg.entry("a").source == "me"
+    assert reg.get("a") == 2 and reg.entry("a").source == "me"
 
 
 class _EP:
@@ -91,3 +92,41 @@ def test_an_unknown_env_is_still_gymnasiums_error():
 
     with pytest.raises(gymnasium.error.NameNotFound):
         sleuth.make("Nope-v9")
+
+
+def test_a_module_attr_string_is_imported_on_first_lookup(tmp_path, monkeypatch):
+    (tmp_path / "lazy_widget.py").write_text("class Widget:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "lazy_widget", raising=False)
+    reg = Registry("widget")
+    reg.register("lazy", "lazy_widget:Widget", "sleuth")
+    reg.register("missing", "no_such_module:Widget", "sleuth")
+    assert reg.names() == ["lazy", "missing"] and reg.entry("lazy").target == "lazy_widget:Widget"
+    assert "lazy_widget" not in sys.modules  # listed and described without importing
+    widget = reg.get("lazy")
+    assert widget.__name__ == "Widget" and "lazy_widget" in sys.modules and reg.get("lazy") is widget
+    with pytest.raises(ImportError, match=r"widget 'missing' that sleuth declares \(no_such_module:Widget\)"):
+        reg.get("missing")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        reg.register("lazy", "lazy_widget:Widget", "sleuth")  # the same string again: silent, still imported
+        reg.register("lazy", widget, "sleuth")  # the object that string names: the same registration
+    assert reg.get("lazy") is widget
+    with pytest.warns(UserWarning, match="replaces"):
+        reg.register("lazy", "lazy_widget:Other", "me")
+    with pytest.raises(ValueError, match="neither a component nor 'module:attr'"):
+        reg.register("bad", "no colon")
+
+
+def test_every_registry_is_filled_by_register_with_objects_or_strings():
+    """Each of sleuth's registries lists its built-in names from `register` calls, plugins' beside them."""
+    from sleuth.agents.policies import SCRIPTED_POLICIES
+    from sleuth.envs.registry import ENVS
+    from sleuth.rewards import ESTIMATORS
+    from sleuth.verifiers.registry import EXTRACTORS, VERIFIERS
+
+    assert {"oracle", "lexical", "random", "noop"} <= set(SCRIPTED_POLICIES.names())
+    assert SCRIPTED_POLICIES.entry("oracle").target == "sleuth.agents.scripted:Oracle"
+    assert ENVS.entry("sleuth/DocRead-v0").target == "sleuth.envs.docread:DocReadEnv"
+    assert {"qa", "code", "swe"} <= set(VERIFIERS.names()) and {"qa", "code", "swe"} <= set(EXTRACTORS.names())
+    assert {"grpo", "rloo", "gigpo", "gear_mix"} <= set(ESTIMATORS.names())

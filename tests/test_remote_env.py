@@ -9,7 +9,7 @@ import pytest
 
 import sleuth
 from sleuth.agents.loop import run_episodes
-from sleuth.agents.policy import load_policy
+from sleuth.agents.policies import load_policy
 from sleuth.envs.env_server import create_app
 from sleuth.envs.remote import RemoteEnv, RemoteEnvError
 from sleuth.net import free_port, in_thread, subprocess_server

@@ -285,7 +285,7 @@ def test_search_opens_are_read_events_the_step_rewards_score(hotpot_tasks):
     """Search's `open` is recorded as a read (`Turn.read`), so information gain scores Search episodes: the
     oracle opens both supporting documents, each a new gold read worth 1/|gold| under the `support` gain."""
     from sleuth.agents.loop import run_episodes
-    from sleuth.agents.policy import load_policy
+    from sleuth.agents.policies import load_policy
     from sleuth.rewards.info_gain import InfoGain
 
     task = hotpot_tasks[0]

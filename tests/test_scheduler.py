@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 import sleuth
 from sleuth.agents.loop import run_episodes
-from sleuth.agents.policy import Generation, Request, SamplingParams, load_policy
+from sleuth.agents.policies import load_policy
+from sleuth.agents.policy import Generation, Request, SamplingParams
 from sleuth.agents.requests import RequestQueue
 
 

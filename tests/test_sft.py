@@ -13,7 +13,7 @@ import torch
 
 import sleuth
 from sleuth.agents.loop import run_episodes
-from sleuth.agents.policy import load_policy
+from sleuth.agents.policies import load_policy
 from sleuth.tasks import LeakageError, check_texts, held_out_specs, load_tasks
 from sleuth.training.config import ConfigError
 from sleuth.training.losses import token_logprobs

@@ -14,7 +14,7 @@ import torch
 
 import sleuth
 from sleuth.agents.loop import run_episodes
-from sleuth.agents.policy import load_policy
+from sleuth.agents.policies import load_policy
 from sleuth.training.config import load_config
 from sleuth.training.engine import DIST_VARS
 from sleuth.training.metrics import read_metrics

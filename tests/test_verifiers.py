@@ -48,3 +48,17 @@ def test_verifiers_import_without_torch():
     code = ("import sys, sleuth.verifiers, sleuth.verifiers.code, sleuth.verifiers.batch; "
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_extractors_are_read_from_their_registry():
+    """Which part of a reply a verifier scores is `EXTRACTORS`' entry of its name; no entry: the whole reply."""
+    from sleuth.verifiers.registry import EXTRACTORS, extractor
+
+    assert {"qa", "code", "swe"} <= set(EXTRACTORS.names())
+    assert extractor("qa") is EXTRACTORS.get("qa") and extractor("qa")("Answer: Paris") == "Paris"
+    EXTRACTORS.register("_answer_only", "sleuth.verifiers.extract:extract_answer")
+    try:
+        assert extractor("_answer_only")("Answer: Paris") == "Paris"
+        assert extractor("_no_extractor")("Answer: Paris") == "Answer: Paris"
+    finally:
+        EXTRACTORS.unregister("_answer_only")

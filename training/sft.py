@@ -289,7 +289,7 @@ class SFTTrainer:
             kept = accepted(everything, d.min_score)
             return kept, {"data/accept_rate": len(kept) / max(len(everything), 1), "data/accepted": len(kept)}
         if d.source == "oracle":
-            from sleuth.agents.policy import load_policy
+            from sleuth.agents.policies import load_policy
 
             policy = load_policy(d.demonstrator, tokenizer_model=self.model_path)
             sampled = self._episodes(policy, [t for t in self.tasks[self.rank::self.world]], r)

@@ -6,33 +6,22 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from sleuth.registry import Registry
+from sleuth.registry import Registry, UnknownNameError
 from sleuth.verifiers.base import Verdict, Verifier
 
-
-def _qa() -> Verifier:
-    from sleuth.verifiers.qa import QAVerifier
-
-    return QAVerifier()
-
-
-def _code() -> Verifier:
-    from sleuth.verifiers.code import CodeVerifier
-
-    return CodeVerifier()
-
-
-def _swe() -> Verifier:
-    from sleuth.verifiers.swe import SWEVerifier
-
-    return SWEVerifier()
-
-
-# name → a factory of the verifier; plugins declare theirs under the entry-point group `sleuth.verifiers`
+# name → a factory of the verifier (a class is one); plugins declare theirs under the entry-point group
+# `sleuth.verifiers`
 VERIFIERS: Registry[Callable[[], Verifier]] = Registry("verifier", group="sleuth.verifiers")
-VERIFIERS.register("qa", _qa, "sleuth")
-VERIFIERS.register("code", _code, "sleuth")
-VERIFIERS.register("swe", _swe, "sleuth")
+VERIFIERS.register("qa", "sleuth.verifiers.qa:QAVerifier", "sleuth")
+VERIFIERS.register("code", "sleuth.verifiers.code:CodeVerifier", "sleuth")
+VERIFIERS.register("swe", "sleuth.verifiers.swe:SWEVerifier", "sleuth")
+
+# verifier name → what part of a free-form reply it scores; a verifier without one scores the reply as it
+# is. Plugins declare theirs under `sleuth.extractors`, named as their verifier.
+EXTRACTORS: Registry[Callable[[str], str]] = Registry("reply extractor", group="sleuth.extractors")
+EXTRACTORS.register("qa", "sleuth.verifiers.extract:extract_answer", "sleuth")
+EXTRACTORS.register("code", "sleuth.verifiers.extract:extract_code", "sleuth")
+EXTRACTORS.register("swe", "sleuth.verifiers.extract:extract_diff", "sleuth")
 
 
 @cache
@@ -41,11 +30,17 @@ def get_verifier(name: str) -> Callable[..., Verdict]:
     return VERIFIERS.get(name)()
 
 
-def extractor(name: str) -> Callable[[str], str]:
-    """What part of a free-form reply the verifier scores (a plugin's verifier gets the reply as it is)."""
-    from sleuth.verifiers.extract import extract_answer, extract_code, extract_diff
+def _as_is(text: str) -> str:
+    return text
 
-    return {"qa": extract_answer, "code": extract_code, "swe": extract_diff}.get(name, lambda text: text)
+
+@cache
+def extractor(name: str) -> Callable[[str], str]:
+    """What part of a free-form reply verifier `name` scores (`EXTRACTORS`; the whole reply if none)."""
+    try:
+        return EXTRACTORS.get(name)
+    except UnknownNameError:
+        return _as_is
 
 
 def verdict(name: str, record: dict[str, Any], response: str, extract: bool = True) -> Verdict:
