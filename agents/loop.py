@@ -40,7 +40,7 @@ def run_episodes(
     is sent. `env_workers` > 0 steps envs in that many threads, concurrently
     with generation: worth it when steps wait on something (env servers, sandboxes, SWE tests); in-process
     steps of microseconds are faster inline. `lockstep` releases requests in rounds (every episode waits
-    for the slowest of its round), the loop sleuth had before, kept for measurement. `gate`: a weight
+    for the slowest of its round): the benchmarks' measure of what the continuous loop saves. `gate`: a weight
     update that holds it waits for the calls in flight and holds new ones back (async training).
     `tasks` is read lazily, as slots free: it may be an endless stream."""
     sampling = sampling or SamplingParams()

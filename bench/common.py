@@ -53,7 +53,7 @@ def threaded_load(call, requests: int, clients: int) -> dict[str, float]:
             "tail": p99 / p50, "errors": errors}
 
 
-def smollm2_update_setup(batch, micro_batch_tokens: int, gradient_checkpointing: bool = False, **updater: object):
+def smollm2_update_setup(batch, micro_batch_tokens: int, gradient_checkpointing: bool = False, **update: object):
     """What the update benchmarks measure against: SmolLM2-135M in fp32 on DeepSpeed ZeRO-2 at lr 1e-9 (the
     weights stay put across repeated updates), a `PolicyUpdater` with a PPO loss + entropy bonus at T = 0.8,
     and the trajectories of `batch` (JSONL) with advantages ±1. Returns (updater, trajectories, advantages)."""
@@ -65,7 +65,7 @@ def smollm2_update_setup(batch, micro_batch_tokens: int, gradient_checkpointing:
     from sleuth.agents.models import resolve_model
     from sleuth.training.engine import EngineConfig, build_engine, init_distributed
     from sleuth.training.losses import LossConfig
-    from sleuth.training.update import PolicyUpdater
+    from sleuth.training.update import PolicyUpdater, UpdateConfig
 
     init_distributed()
     trajs = load_trajectories(batch)
@@ -75,5 +75,6 @@ def smollm2_update_setup(batch, micro_batch_tokens: int, gradient_checkpointing:
     model.config.use_cache = False
     cfg = EngineConfig(zero_stage=2, lr=1e-9, dtype="fp32", gradient_checkpointing=gradient_checkpointing)
     engine = build_engine(model, cfg)
-    upd = PolicyUpdater(engine, LossConfig(entropy_coef=0.01), 0, micro_batch_tokens, temperature=0.8, **updater)
+    upd = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=micro_batch_tokens, **update),  # type: ignore[arg-type]
+                        LossConfig(entropy_coef=0.01), 0, temperature=0.8)
     return upd, trajs, advs

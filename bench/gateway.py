@@ -236,7 +236,7 @@ def vllm_section(args: argparse.Namespace, tasks: list[Any], warm: list[int]) ->
 
     print(f"… starting a vLLM server with {python}", file=sys.stderr, flush=True)
     cfg = load_config(overrides={"rollout.engine": "vllm", "rollout.concurrency": args.concurrency})
-    vllm = VLLMRollout(cfg, resolve_model(args.model), warm[:8])
+    vllm = VLLMRollout(cfg.rollout, resolve_model(args.model), warm[:8], cfg.update.sync_tolerance_vllm)
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
     arms = []
     try:

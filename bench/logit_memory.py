@@ -49,8 +49,8 @@ def worker(chunk: int, path: Path) -> dict:
     upd.update(trajs, advs)  # warm-up
     t = time.perf_counter()
     stats = upd.update(trajs, advs)
-    return {"s": time.perf_counter() - t, "loss": stats["loss/policy"] + stats["loss/entropy"],
-            "grad_norm": stats["grad_norm"], "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    return {"s": time.perf_counter() - t, "loss": stats.loss_policy + stats.loss_entropy,
+            "grad_norm": stats.grad_norm, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "loaded_rss_mb": loaded, "scored": sum(t.num_policy_tokens for t in trajs),
             "tokens": sum(len(t.token_ids()) for t in trajs)}
 

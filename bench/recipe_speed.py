@@ -37,8 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPS = 4  # the first is a warm-up
 ARMS = {
     "switches off": {"engine.zero_stage": 2, "engine.dtype": "fp32", "update.packing": False,
-                     "update.full_logits": True, "rollout.lockstep": True, "rollout.share_prefill": False,
-                     "rollout.kv_keep_mb": 0},
+                     "rollout.kv_keep_mb": 0},  # and `levers_off()`
     "recipe, fp32": {"engine.dtype": "fp32"},
     "recipe": {},
     # LoRA on every linear layer of the body: no weight gradients or optimizer states for the frozen
@@ -46,6 +45,26 @@ ARMS = {
     "recipe + LoRA r 16": {"engine.lora": {"r": 16, "alpha": 32, "target_modules": [
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}},
 }
+
+
+def levers_off() -> None:
+    """The levers that are no config key, turned off in this process: the update's head over every position
+    (`ScoredForward(full_logits=True)`), every member's prompt prefilled (`TransformersPolicy(share_prefill=
+    False)`), generation in lock-step rounds (`run_episodes(lockstep=True)`)."""
+    import functools
+
+    from sleuth.agents import hf, loop
+    from sleuth.training import forward
+
+    def forcing(fn, **forced):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            return fn(*args, **{**kwargs, **forced})
+        return call
+
+    forward.ScoredForward.__init__ = forcing(forward.ScoredForward.__init__, full_logits=True)
+    hf.TransformersPolicy.__init__ = forcing(hf.TransformersPolicy.__init__, share_prefill=False)
+    loop.run_episodes = forcing(loop.run_episodes, lockstep=True)
 
 
 def arm(model: str, overrides: dict) -> dict:
@@ -79,6 +98,8 @@ def main() -> None:
     args = ap.parse_args()
     model = args.model or ("runs/main/sft/hf" if Path("runs/main/sft/hf/config.json").exists() else "smollm2")
     if args.arm:
+        if args.arm == "switches off":
+            levers_off()
         print(json.dumps(arm(model, ARMS[args.arm])))
         return
     from sleuth.training.engine import cpu_bf16_is_fast

@@ -128,7 +128,8 @@ def docread(with_vllm: bool = True) -> list[str]:
         for servers in (1, 2):  # two servers on these 2 cores share them: the row shows routing's cost
             cfg = load_config(overrides={"rollout.engine": "vllm", "rollout.concurrency": 16,
                                          "rollout.vllm_servers": servers})
-            vllm = VLLMRollout(cfg, resolve_model("smollm2"), hf.inner.tokenizer.encode("Hello"))
+            vllm = VLLMRollout(cfg.rollout, resolve_model("smollm2"), hf.inner.tokenizer.encode("Hello"),
+                                cfg.update.sync_tolerance_vllm)
             try:
                 v = Timed(vllm.policy)
                 measure(make, tasks[:4], v, sampling, 16, 0, False)  # warm-up
@@ -237,7 +238,7 @@ def sim_arm(live: int, arm: str, scale: float, tok: Any, steps: int = 3, train_s
         try:
             for _ in range(steps):
                 taken = stream.take(live, engine.version)
-                dropped, ages = dropped + taken.dropped, ages + taken.staleness
+                dropped, ages = dropped + taken.stats.dropped, ages + taken.stats.staleness
                 time.sleep(train_s * scale)
                 with gate.update(60):
                     engine.inner.version += 1

@@ -73,7 +73,7 @@ def rollout_engines() -> list[str]:
         rows.append("| vLLM | not installed (`make vllm`) | |")
         return rows
     cfg = load_config(overrides={"rollout.engine": "vllm"})
-    vllm = VLLMRollout(cfg, resolve_model("smollm2"), reqs[0].prompt_ids[:8])
+    vllm = VLLMRollout(cfg.rollout, resolve_model("smollm2"), reqs[0].prompt_ids[:8], cfg.update.sync_tolerance_vllm)
     try:
         tokens_per_s(vllm.policy, reqs[:2], sampling)  # warm-up
         v_rate = tokens_per_s(vllm.policy, reqs, sampling)
@@ -98,7 +98,7 @@ def optimizer_steps() -> list[str]:
     from sleuth.training.batch import build_batch
     from sleuth.training.engine import EngineConfig, build_engine, init_distributed
     from sleuth.training.losses import LossConfig, denominator, policy_loss, token_logprobs
-    from sleuth.training.update import PolicyUpdater
+    from sleuth.training.update import PolicyUpdater, UpdateConfig
 
     init_distributed()
     trajs, advs, pad = real_batch()
@@ -125,7 +125,7 @@ def optimizer_steps() -> list[str]:
     def deepspeed(stage: int) -> float:
         cfg = EngineConfig(zero_stage=stage, lr=1e-6, dtype="fp32")
         engine = build_engine(AutoModelForCausalLM.from_pretrained(path), cfg)
-        upd = PolicyUpdater(engine, LossConfig(), pad, micro_batch_tokens=1 << 20)
+        upd = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=1 << 20), LossConfig(), pad)
         times = []
         for _ in range(2):
             t = time.perf_counter()
@@ -201,7 +201,7 @@ def inner_loop() -> list[str]:
 
     from sleuth.training.engine import EngineConfig, build_engine, init_distributed
     from sleuth.training.losses import LossConfig
-    from sleuth.training.update import PolicyUpdater
+    from sleuth.training.update import PolicyUpdater, UpdateConfig
 
     init_distributed()
     trajs, advs, pad = real_batch()
@@ -211,15 +211,15 @@ def inner_loop() -> list[str]:
     shapes = [(1, 1), (2, 1), (2, 2)]
     times: dict[tuple[int, int], list[float]] = {s: [] for s in shapes}
     clip: dict[tuple[int, int], float] = {}
-    PolicyUpdater(engine, LossConfig(), pad, micro_batch_tokens=1 << 20).update(trajs, advs)  # warm-up
+    PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=1 << 20), LossConfig(), pad).update(trajs, advs)  # warm-up
     for _ in range(2):  # alternating rounds, medians reported
         for epochs, mini in shapes:
-            upd = PolicyUpdater(engine, LossConfig(), pad, micro_batch_tokens=1 << 20, epochs=epochs,
-                                mini_batches=mini)
+            ppo = UpdateConfig(micro_batch_tokens=1 << 20, epochs=epochs, mini_batches=mini)
+            upd = PolicyUpdater(engine, ppo, LossConfig(), pad)
             t = time.perf_counter()
             stats = upd.update(trajs, advs)
             times[(epochs, mini)].append(time.perf_counter() - t)
-            clip[(epochs, mini)] = float(np.mean(stats["clip_low"]) + np.mean(stats["clip_high"]))
+            clip[(epochs, mini)] = float(np.mean(stats.clip_low) + np.mean(stats.clip_high))
     base = statistics.median(times[(1, 1)])
     rows = [f"Batch: {len(trajs)} real DocRead trajectories, {n_tok} tokens; ZeRO-2, lr 1e-5, ppo clip 0.2/0.28; "
             "π_old recomputed once per rollout batch (a no-grad forward) whenever there is more than one step.", "",

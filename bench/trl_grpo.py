@@ -64,7 +64,7 @@ def sleuth_arm(zero_stage: int, share_prefix: bool = True, dtype: str = "fp32") 
     from sleuth.training.engine import EngineConfig, build_engine, init_distributed
     from sleuth.training.losses import LossConfig
     from sleuth.training.rollout import TransformersRollout
-    from sleuth.training.update import PolicyUpdater
+    from sleuth.training.update import PolicyUpdater, UpdateConfig
 
     init_distributed()
     path = resolve_model("smollm2")
@@ -75,8 +75,8 @@ def sleuth_arm(zero_stage: int, share_prefix: bool = True, dtype: str = "fp32") 
                                     return_dict=False)
     rollout = TransformersRollout(path, "cpu", engine.module.dtype, probe, 1e-3, max_batch=PROMPTS * GROUP)
     rollout.policy.stop_ids = [-1]  # no stop token: every completion is exactly TOKENS long, as on TRL's side
-    updater = PolicyUpdater(engine, LossConfig(), tok.pad_token_id or 0, micro_batch_tokens=1 << 20,
-                            share_prefix=share_prefix)
+    updater = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=1 << 20, share_prefix=share_prefix), LossConfig(),
+                            tok.pad_token_id or 0)
     grpo = rewards.make("grpo")
     qs = questions()
     walls, cpus = [], []

@@ -60,8 +60,8 @@ def worker(arm: str, batch: Path, micro_batch_tokens: int) -> dict:
                        share=upd.policy.shares_prefix())
     positions = sum(int(b.attention_mask.sum()) if packed else b.input_ids.numel() for b in mbs)
     return {"s": seconds, "tokens": sum(len(t.token_ids()) for t in trajs), "positions": positions,
-            "micro_batches": len(mbs), "loss": stats["loss/policy"] + stats["loss/entropy"],
-            "grad_norm": stats["grad_norm"], "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "micro_batches": len(mbs), "loss": stats.loss_policy + stats.loss_entropy,
+            "grad_norm": stats.grad_norm, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "loaded_rss_mb": loaded_rss, "packing": upd.policy.uses_packing()}
 
 

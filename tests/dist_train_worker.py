@@ -15,7 +15,7 @@ from train_helpers import fixed_batch, surrogate  # noqa: E402
 
 from sleuth.training.engine import EngineConfig, build_engine, init_distributed  # noqa: E402
 from sleuth.training.losses import LossConfig  # noqa: E402
-from sleuth.training.update import PolicyUpdater  # noqa: E402
+from sleuth.training.update import PolicyUpdater, UpdateConfig  # noqa: E402
 
 
 def main(model_dir: str, out: str) -> None:
@@ -26,20 +26,21 @@ def main(model_dir: str, out: str) -> None:
     for stage in (2, 3):
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         engine = build_engine(model, EngineConfig(zero_stage=stage, lr=1e-3, dtype="fp32"))
-        updater = PolicyUpdater(engine, LossConfig(), pad_id=0, micro_batch_tokens=64)
+        updater = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=64), LossConfig(), pad_id=0)
         before = surrogate(engine.module, trajs, advs)
         for _ in range(3):
             stats = updater.update(*mine)
         after = surrogate(engine.module, trajs, advs)
-        result[f"zero{stage}"] = {"before": before, "after": after, "grad_norm": stats["grad_norm"]}
+        result[f"zero{stage}"] = {"before": before, "after": after, "grad_norm": stats.grad_norm}
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     engine = build_engine(model, EngineConfig(zero_stage=3, lr=1e-3, dtype="fp32"))
-    updater = PolicyUpdater(engine, LossConfig(), pad_id=0, micro_batch_tokens=64, epochs=2, mini_batches=3)
+    ppo = UpdateConfig(micro_batch_tokens=64, epochs=2, mini_batches=3)
+    updater = PolicyUpdater(engine, ppo, LossConfig(), pad_id=0)
     uneven = (trajs[:3], advs[:3]) if rank == 0 else (trajs[3:4], advs[3:4])
     before = surrogate(engine.module, trajs[:4], advs[:4])
     stats = updater.update(*uneven)
     steps = [None] * world
-    dist.all_gather_object(steps, stats["optimizer_steps"])
+    dist.all_gather_object(steps, stats.optimizer_steps)
     result["zero3_ppo"] = {"before": before, "after": surrogate(engine.module, trajs[:4], advs[:4]), "steps": steps}
     if rank == 0:
         with open(out, "w") as f:

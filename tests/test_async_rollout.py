@@ -90,16 +90,16 @@ def test_staleness_bound_drops_and_counts_exactly_the_stale_groups(hotpot_tasks)
     s = stream_of(hotpot_tasks, policy, max_staleness=1)
     try:
         first = s.take(2, version=0)
-        assert len(first.trajs) == 4 and first.dropped == 0 and first.staleness == [0] * 4
+        assert len(first.trajs) == 4 and first.stats.dropped == 0 and first.stats.staleness == [0] * 4
         assert len({t.group for t in first.trajs}) == 2  # one label per group
         wait_for(lambda: len(s.ready) == 2)  # step 1 sampled at version 0; the feed stops there (1 ahead)
         time.sleep(0.1)
         assert s.issued_steps - s.taken_steps == 1 and len(s.ready) == 2
         policy.version = 2  # two updates later, the waiting step is 2 versions old
         stale = s.take(2, version=2)
-        assert stale.trajs == [] and stale.dropped == 4
+        assert stale.trajs == [] and stale.stats.dropped == 4
         fresh = s.take(2, version=2)  # sampled after the bump
-        assert len(fresh.trajs) == 4 and fresh.dropped == 0 and max(fresh.staleness) == 0
+        assert len(fresh.trajs) == 4 and fresh.stats.dropped == 0 and max(fresh.stats.staleness) == 0
         assert all(t.reward == 1.0 for t in fresh.trajs)
     finally:
         s.close()
@@ -117,10 +117,10 @@ def test_a_group_with_a_failed_episode_is_set_apart(hotpot_tasks):
                       SamplingParams(), group_size=2, concurrency=4, max_staleness=1)
     try:
         first = s.take(2, version=0)
-        assert [t.task_id for t in first.trajs] == [good.id] * 2 and first.staleness == [0, 0]
+        assert [t.task_id for t in first.trajs] == [good.id] * 2 and first.stats.staleness == [0, 0]
         assert [t.task_id for t in first.failed] == ["cut", "cut"]
         assert all(t.failed and t.stop_reason == "reset_error" for t in first.failed)
-        assert len({t.group for t in first.failed}) == 1 and first.dropped == 0
+        assert len({t.group for t in first.failed}) == 1 and first.stats.dropped == 0
     finally:
         s.close()
 
@@ -191,7 +191,6 @@ def _cfg(tiny_model_dir, out, **over):
 @pytest.mark.parametrize("over, message", [
     ({"loss.rollout_is": "none"}, "behaviour logprobs"),
     ({"rollout.zero_variance": "dynamic"}, "dynamic"),
-    ({"rollout.lockstep": True}, "lockstep"),
     ({"rollout.max_staleness": -1}, "max_staleness must be ≥ 0"),
 ])
 def test_async_configs_that_cannot_work_are_refused(tiny_model_dir, tmp_path, over, message):

@@ -203,7 +203,7 @@ def test_gear_mix_update_trains_the_head_and_moves_the_teacher(tiny_model_dir, l
     )
     from sleuth.training.losses import LossConfig
     from sleuth.training.mixing import Mixing
-    from sleuth.training.update import PolicyUpdater
+    from sleuth.training.update import PolicyUpdater, UpdateConfig
 
     init_distributed()
     torch.manual_seed(0)
@@ -212,12 +212,12 @@ def test_gear_mix_update_trains_the_head_and_moves_the_teacher(tiny_model_dir, l
     mix = Mixing(MixingSpec(granularities=2, ema_decay=0.5, mixer_lr=0.1), engine.module, 64)
     trajs, advs = fixed_batch(4)
     two = [np.stack([a, -0.5 * a], -1) for a in advs]  # the granularities disagree
-    updater = PolicyUpdater(engine, LossConfig(), 0, 4096, mixing=mix)
+    updater = PolicyUpdater(engine, UpdateConfig(), LossConfig(), 0, mixing=mix)
     stats = updater.update(trajs, two)
-    assert stats["mix_weights"] == pytest.approx([0.5, 0.5])  # measured with the initial (uniform) head
+    assert stats.mix_weights == pytest.approx([0.5, 0.5])  # measured with the initial (uniform) head
     # what the loss used: ½A − ¼A per token (policy tokens of the update, longest trajectories first)
     want = sorted(np.concatenate([0.25 * a for a in advs]).tolist())
-    assert sorted(stats["mixed_adv"]) == pytest.approx(want)
+    assert sorted(stats.mixed_adv) == pytest.approx(want)
     # teacher = student: no distillation signal for the head yet
     assert float(mix.head.weight.detach().abs().sum()) == 0
     name = "model.layers.0.self_attn.q_proj.weight"  # a LoRA target: with LoRA it moves through W + ΔW

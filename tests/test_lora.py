@@ -6,7 +6,7 @@ import torch
 from train_helpers import fixed_batch, seeded_engine, surrogate
 
 from sleuth.training.losses import LossConfig
-from sleuth.training.update import PolicyUpdater
+from sleuth.training.update import PolicyUpdater, UpdateConfig
 
 
 def test_lora_update_trains_only_adapters(tiny_model_dir):
@@ -18,7 +18,7 @@ def test_lora_update_trains_only_adapters(tiny_model_dir):
     base = full_state_dict(engine.module)
     trajs, advs = fixed_batch(4)
     before = surrogate(engine.module, trajs, advs)
-    updater = PolicyUpdater(engine, LossConfig(), pad_id=0, micro_batch_tokens=64)
+    updater = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=64), LossConfig(), pad_id=0)
     for _ in range(3):
         updater.update(trajs, advs)
     assert surrogate(engine.module, trajs, advs) > before

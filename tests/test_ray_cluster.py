@@ -92,7 +92,7 @@ def test_a_restarted_worker_generates_with_the_current_weights(tiny_model_dir):
     from sleuth.agents.hf import TransformersPolicy
     from sleuth.agents.policy import Request, SamplingParams
     from sleuth.training.ray_rollout import RayRollout
-    from sleuth.training.trainer import PROBE
+    from sleuth.training.run import PROBE
 
     cfg = load_config(overrides={"cluster.backend": "ray", "cluster.rollout_workers": 2, "cluster.max_restarts": 1})
     trained = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
@@ -102,7 +102,7 @@ def test_a_restarted_worker_generates_with_the_current_weights(tiny_model_dir):
     local = TransformersPolicy(tiny_model_dir, device="cpu", dtype=torch.float32)
     local.model.load_state_dict(trained.state_dict())
     probe = ChatRenderer(local.tokenizer).prompt_ids(PROBE)
-    rollout = RayRollout(cfg, tiny_model_dir, torch.float32, probe)
+    rollout = RayRollout(cfg.rollout, cfg.cluster, tiny_model_dir, torch.float32, probe, cfg.update.sync_tolerance)
     try:
         assert rollout.sync(trained)["sync/max_logit_diff"] <= 1e-3
         victim = rollout.pool.handles[0]
@@ -155,13 +155,13 @@ def test_a_hung_worker_fails_the_sync_naming_it(tiny_model_dir):
     from sleuth.agents.chat import ChatRenderer
     from sleuth.training.ray_rollout import RayRollout
     from sleuth.training.rollout import WeightSyncError
-    from sleuth.training.trainer import PROBE
+    from sleuth.training.run import PROBE
 
     cfg = load_config(overrides={"cluster.backend": "ray", "cluster.rollout_workers": 2,
                                  "rollout.sync_timeout_s": 5.0})
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     probe = ChatRenderer(AutoTokenizer.from_pretrained(tiny_model_dir)).prompt_ids(PROBE)
-    rollout = RayRollout(cfg, tiny_model_dir, torch.float32, probe)
+    rollout = RayRollout(cfg.rollout, cfg.cluster, tiny_model_dir, torch.float32, probe, cfg.update.sync_tolerance)
     hung = rollout.pool.handles[1]
     try:
         os.kill(hung.pid, signal.SIGSTOP)

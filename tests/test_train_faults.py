@@ -194,7 +194,7 @@ def test_a_step_whose_every_episode_failed_stops_the_run_in_one_line(tiny_model_
     assert proc.returncode == 1
     [line] = errors(proc.stderr)
     assert line.startswith("error: step 2: all 8 episodes failed, nothing to train on (the first: reset_error: "
-                           "reset failed: ValueError: task ")
+                           "reset failed: NoDocuments: task ")
     assert "rerun with --resume" in line
     # 2 groups of 2, each sampled once more after failing: 8 episodes, all kept in the rollouts file
     assert len((out / "rollouts" / "step-000002.rank0.jsonl").read_text().splitlines()) == 8

@@ -36,10 +36,10 @@ def test_oracle_seeded_group_raises_the_correct_trajectory(tiny_model_dir, hotpo
     from train_helpers import surrogate
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sleuth.rewards import make as make_estimator
+    from sleuth import rewards
     from sleuth.training.engine import EngineConfig, build_engine, init_distributed
     from sleuth.training.losses import LossConfig
-    from sleuth.training.update import PolicyUpdater
+    from sleuth.training.update import PolicyUpdater, UpdateConfig
 
     init_distributed()
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -49,11 +49,11 @@ def test_oracle_seeded_group_raises_the_correct_trajectory(tiny_model_dir, hotpo
     oracle.tokenizer = firstk.tokenizer = tok
     group = list(run_episodes(make, [task], oracle)) + list(run_episodes(make, [task] * 3, firstk))
     assert [t.reward for t in group] == [1.0, 0.0, 0.0, 0.0]
-    adv = make_estimator("grpo")(group, {}).values
+    adv = rewards.make("grpo")(group, {}).values
     assert adv[0][0] == pytest.approx(1.5, abs=1e-4)  # (1 − 0.25) / sample std 0.5
 
     engine = build_engine(AutoModelForCausalLM.from_pretrained(tiny_model_dir), EngineConfig(zero_stage=2, lr=1e-3))
-    updater = PolicyUpdater(engine, LossConfig(), tok.pad_token_id or 0, micro_batch_tokens=4096)
+    updater = PolicyUpdater(engine, UpdateConfig(), LossConfig(), tok.pad_token_id or 0)
     ones = [np.ones(t.num_policy_tokens) for t in group]
 
     def logp(i):  # mean log-probability of trajectory i's policy tokens
@@ -116,7 +116,7 @@ def test_zero_variance_drop_and_dynamic(tiny_model_dir, tmp_path):
                    progress=False)
     got = drop.collect(1)
     assert got.kept == [] and len(got.seen) == 4 and got.zero_var["wrong"] == 2
-    assert drop.updater.update(got.kept, []) == {"skipped": 1}
+    assert drop.updater.update(got.kept, []).optimizer_steps == 0  # nothing to train on: no step
     dyn = Trainer(_cfg(tiny_model_dir, tmp_path / "dyn", max_steps=1,
                        **{"rollout.zero_variance": "dynamic", "rollout.dynamic_max_rounds": 2}), progress=False)
     got = dyn.collect(1)
@@ -226,18 +226,6 @@ def test_gear_mix_through_the_trainer(tiny_model_dir, tmp_path):
     assert np.isfinite(row["adv/mean"]) and np.isfinite(row["loss/mix"])  # the mixed advantage the loss used
 
 
-def test_measurement_switches_reach_the_engine_and_the_update(tiny_model_dir, tmp_path):
-    """`rollout.share_prefill` and `update.full_logits` (the arms bench/recipe_speed.py turns off) are read by
-    the parts that act on them, not just parsed."""
-    from sleuth.training.trainer import Trainer
-
-    for on in (True, False):
-        trainer = Trainer(_cfg(tiny_model_dir, tmp_path / str(on), **{"rollout.share_prefill": on,
-                                                                      "update.full_logits": not on}), progress=False)
-        assert trainer.rollout.policy.share_prefill is on
-        assert trainer.updater.policy.full_logits is (not on)
-
-
 def _reads(task, titles: list[str], reward: float, group: str):
     from sleuth.agents.trajectory import ReadEvent, Trajectory, Turn
 
@@ -252,14 +240,15 @@ def test_zero_variance_judges_groups_by_their_advantages(tiny_model_dir, tmp_pat
     """Under a step-reward estimator a group whose members all scored 0 still trains when their reads
     differ (support gain: one read a gold document, one did not); a group whose members also read alike
     has no advantage anywhere and is left out. Judging by the outcome reward dropped both."""
+    from sleuth.tasks.qa import qa_docs
     from sleuth.training.trainer import Trainer
 
     trainer = Trainer(_cfg(tiny_model_dir, tmp_path / mode, max_steps=1, **{
         "rollout.zero_variance": mode, "rollout.dynamic_max_rounds": 1, "algorithm.estimator": "info_gain",
         "algorithm.estimator_args": {"variant": "support", "step_baseline": "turn_index"}}), progress=False)
     task = trainer.tasks[0]
-    gold, other = task.payload["supporting"][0], next(d["title"] for d in task.payload["docs"]
-                                                      if d["title"] not in task.payload["supporting"])
+    docs = qa_docs(task)
+    gold, other = docs.supporting[0], next(t for t in docs.titles if t not in docs.supporting)
     differ = [_reads(task, [gold], 0.0, "a"), _reads(task, [other], 0.0, "a")]
     alike = [_reads(task, [other], 0.0, "b"), _reads(task, [other], 0.0, "b")]
     trainer._rollout_round = lambda step, round_, chosen, reissue=False: differ + alike

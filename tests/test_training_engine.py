@@ -14,7 +14,7 @@ from train_helpers import fixed_batch, grouped_batch, seeded_engine, surrogate
 
 from sleuth.training.engine import DIST_VARS, EngineConfig, cpu_bf16_is_fast
 from sleuth.training.losses import LossConfig
-from sleuth.training.update import PolicyUpdater
+from sleuth.training.update import PolicyUpdater, UpdateConfig
 
 HERE = Path(__file__).resolve().parent
 
@@ -29,7 +29,8 @@ def _grads_of_one_update(engine, micro_batch_tokens, loss_cfg, packing=False, ba
 
     engine.step, engine.get_global_grad_norm = capture, lambda: 0.0
     trajs, advs = batch or fixed_batch(6)
-    updater = PolicyUpdater(engine, loss_cfg, pad_id=0, micro_batch_tokens=micro_batch_tokens, packing=packing)
+    updater = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=micro_batch_tokens, packing=packing), loss_cfg,
+                            pad_id=0)
     updater.update(trajs, advs)
     assert updater.policy.uses_packing() == packing
     return grads
@@ -130,11 +131,11 @@ def test_packed_micro_batches_bound_real_tokens_and_hold_each_trajectory_once():
 def test_zero_stage_update_improves_the_objective_in_one_process(tiny_model_dir, stage, offload):
     engine = seeded_engine(tiny_model_dir, zero_stage=stage, lr=1e-3, offload=offload)
     trajs, advs = fixed_batch(4)
-    updater = PolicyUpdater(engine, LossConfig(), pad_id=0, micro_batch_tokens=64)
+    updater = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=64), LossConfig(), pad_id=0)
     before = surrogate(engine.module, trajs, advs)
     for _ in range(3):
         stats = updater.update(trajs, advs)
-    assert stats["grad_norm"] > 0
+    assert stats.grad_norm > 0
     assert surrogate(engine.module, trajs, advs) > before + 0.05
 
 
@@ -193,16 +194,17 @@ def test_one_step_is_on_policy_and_a_second_epoch_crosses_the_clip(tiny_model_di
     trajs, advs = fixed_batch(4)
     trajs = _with_sampling_logprobs(trajs, _true_logprobs(engine.module, trajs))
     cfg = LossConfig(eps_low=0.2, eps_high=0.2)
-    one = PolicyUpdater(engine, cfg, pad_id=0, micro_batch_tokens=64).update(trajs, advs)
-    assert one["optimizer_steps"] == 1 and set(one["ratio"]) == {1.0}  # π_old is this forward's own
-    assert not any(one["clip_low"]) and not any(one["clip_high"])
-    assert max(one["mismatch"]) < 1e-5  # the sampling logprobs are the pre-update policy's
-    two = PolicyUpdater(engine, cfg, pad_id=0, micro_batch_tokens=64, epochs=2, mini_batches=2).update(trajs, advs)
-    assert two["optimizer_steps"] == 4
-    assert np.mean(two["clip_low"]) + np.mean(two["clip_high"]) > 0  # later steps leave the trust region
-    assert max(abs(r - 1) for r in two["ratio"]) > 0.2
+    one = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=64), cfg, pad_id=0).update(trajs, advs)
+    assert one.optimizer_steps == 1 and set(one.ratio) == {1.0}  # π_old is this forward's own
+    assert not any(one.clip_low) and not any(one.clip_high)
+    assert max(one.mismatch) < 1e-5  # the sampling logprobs are the pre-update policy's
+    two = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=64, epochs=2, mini_batches=2), cfg,
+                        pad_id=0).update(trajs, advs)
+    assert two.optimizer_steps == 4
+    assert np.mean(two.clip_low) + np.mean(two.clip_high) > 0  # later steps leave the trust region
+    assert max(abs(r - 1) for r in two.ratio) > 0.2
     # the recompute is the pre-update policy: after one update the engine's logprobs no longer match it
-    assert max(two["mismatch"]) > 1e-3
+    assert max(two.mismatch) > 1e-3
 
 
 def test_ratio_metric_is_exp_of_logp_minus_rollout_logprobs(tiny_model_dir):
@@ -211,15 +213,15 @@ def test_ratio_metric_is_exp_of_logp_minus_rollout_logprobs(tiny_model_dir):
     true = _true_logprobs(engine.module, trajs)
     shift = [[lp - 0.05 * ((k % 5) - 2) for k, lp in enumerate(row)] for row in true]
     trajs = _with_sampling_logprobs(trajs, shift)
-    stats = PolicyUpdater(engine, LossConfig(eps_low=0.5, eps_high=0.5), pad_id=0, micro_batch_tokens=10_000,
-                          old_logprobs="rollout").update(trajs, advs)
+    stats = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=10_000, old_logprobs="rollout"),
+                          LossConfig(eps_low=0.5, eps_high=0.5), pad_id=0).update(trajs, advs)
     # one micro-batch, longest trajectory first: the metric's order follows the batch rows
     order = sorted(range(3), key=lambda i: -len(trajs[i].token_ids()))
     want = [math.exp(true[i][k] - shift[i][k]) for i in order for k in range(len(true[i]))]
-    assert stats["ratio"] == pytest.approx(want, rel=1e-4)
+    assert stats.ratio == pytest.approx(want, rel=1e-4)
 
 
-def _grads(engine, trajs, advs, **kw):
+def _grads(engine, trajs, advs, loss, old_logprobs="recompute"):
     grads = {}
 
     def capture():
@@ -228,7 +230,8 @@ def _grads(engine, trajs, advs, **kw):
             p.grad = None
 
     engine.step, engine.get_global_grad_norm = capture, lambda: 0.0
-    PolicyUpdater(engine, pad_id=0, micro_batch_tokens=10_000, **kw).update(trajs, advs)
+    PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=10_000, old_logprobs=old_logprobs), loss,
+                  pad_id=0).update(trajs, advs)
     return torch.cat([g.flatten() for g in grads.values()])
 
 
@@ -257,14 +260,14 @@ def test_truncated_is_weights_reach_the_metrics(tiny_model_dir):
     rollout = [[lp - (1.0 if k == 0 else 0.0) for k, lp in enumerate(r)] for r in true]  # first token: w = e
     trajs = _with_sampling_logprobs(trajs, rollout)
     cfg = LossConfig(rollout_is="tis", rollout_is_cap=2.0)
-    stats = PolicyUpdater(engine, cfg, pad_id=0, micro_batch_tokens=64).update(trajs, advs)
-    assert max(stats["is_weight"]) == pytest.approx(2.0, abs=1e-4)  # e^1 truncated at C = 2
-    assert sum(stats["is_clipped"]) == 4 and min(stats["is_weight"]) == pytest.approx(1.0, abs=1e-4)
-    mis = PolicyUpdater(engine, LossConfig(rollout_is="mis", rollout_is_cap=2.0), pad_id=0,
-                        micro_batch_tokens=64).update(trajs, advs)
-    assert sum(mis["is_masked"]) == 4  # one token per trajectory out of [1/2, 2]: out of loss and denominator
+    stats = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=64), cfg, pad_id=0).update(trajs, advs)
+    assert max(stats.is_weight) == pytest.approx(2.0, abs=1e-4)  # e^1 truncated at C = 2
+    assert sum(stats.is_clipped) == 4 and min(stats.is_weight) == pytest.approx(1.0, abs=1e-4)
+    mis = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=64),
+                        LossConfig(rollout_is="mis", rollout_is_cap=2.0), pad_id=0).update(trajs, advs)
+    assert sum(mis.is_masked) == 4  # one token per trajectory out of [1/2, 2]: out of loss and denominator
     with pytest.raises(ValueError, match="recompute"):
-        PolicyUpdater(engine, cfg, pad_id=0, micro_batch_tokens=64, old_logprobs="rollout")
+        PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=64, old_logprobs="rollout"), cfg, pad_id=0)
 
 
 @pytest.mark.parametrize("stage", [0, 2])

@@ -30,11 +30,18 @@ from sleuth.tasks.base import Task
 
 
 @dataclass
-class Taken:
-    trajs: list[Trajectory]  # the kept groups' trajectories, group after group
+class StreamStats:
+    """What one take from the stream measured (the step's metrics gather these from every rank)."""
+
     dropped: int  # trajectories of groups dropped as staler than the bound
     staleness: list[int]  # per kept trajectory: current version − the oldest version among its turns
     partial: int  # kept trajectories whose turns came from more than one version
+
+
+@dataclass
+class Taken:
+    trajs: list[Trajectory]  # the kept groups' trajectories, group after group
+    stats: StreamStats
     failed: list[Trajectory] = field(default_factory=list)  # the groups with a failed episode, group after group
 
 
@@ -132,7 +139,7 @@ class RolloutStream:
                 partial += sum(len({turn.policy_version for turn in t.turns}) > 1 for t in group)
             self.taken_steps += 1
             self.cond.notify_all()
-        return Taken(kept, dropped, stale, partial, failed)
+        return Taken(kept, StreamStats(dropped, stale, partial), failed)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop issuing tasks; the episodes in flight end on their own (the thread is a daemon)."""

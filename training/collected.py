@@ -13,7 +13,6 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -21,6 +20,7 @@ from sleuth.agents.trajectory import Trajectory
 from sleuth.rewards.base import Estimator, groups
 from sleuth.rewards.episodes import per_episode
 from sleuth.tasks.base import Task
+from sleuth.training.async_rollout import StreamStats
 
 
 @dataclass
@@ -34,7 +34,7 @@ class Collected:
     estimator_metrics: dict[str, list[float]] = field(default_factory=dict)  # the estimator's, every round's
     zero_var: Counter = field(default_factory=Counter)  # groups whose outcome rewards are all alike: correct / wrong
     no_signal_groups: int = 0  # groups whose every advantage is 0
-    stream: dict[str, Any] | None = None  # what the rollout stream reports (None without one)
+    stream: StreamStats | None = None  # what the rollout stream reports (None without one)
     dropped_failed: int = 0  # groups left out because a member failed
     reissued: int = 0  # of those, the tasks sampled once more in the same step
     reward_s: float = 0.0  # seconds spent in the estimator

@@ -19,6 +19,7 @@ from sleuth.training.cluster import ClusterConfig
 from sleuth.training.engine import EngineConfig
 from sleuth.training.losses import LossConfig
 from sleuth.training.metrics import WandbConfig
+from sleuth.training.update import UpdateConfig
 
 
 class ConfigError(ValueError):
@@ -34,11 +35,10 @@ class TrainingWarning(UserWarning):
     """A run that goes on but may not learn (steps with no learning signal); the CLI prints it in one line."""
 
 
-OLD_LOGPROBS = ("recompute", "rollout")
-
-
 @dataclass
 class RolloutConfig:
+    """`rollout:`: the engine that samples, how many episodes a step, and how groups are kept."""
+
     engine: str = "transformers"  # transformers (in process) | vllm (an OpenAI-compatible vLLM server)
     tasks_per_step: int = 2  # distinct tasks per step, across all ranks
     group_size: int = 4  # episodes per task (the GRPO group)
@@ -52,10 +52,6 @@ class RolloutConfig:
     # The transformers engine keeps each episode's KV states (prompt and generation) up to this many MB, so
     # a next turn prefills only the env's reply; dropped at every weight sync. 0 prefills every turn in full.
     kv_keep_mb: int = 1024
-    # A group's identical prompts are prefilled once and the KV cache copied to each member; False prefills
-    # every member's prompt (as sleuth did before; measurement).
-    share_prefill: bool = True
-    lockstep: bool = False  # release requests in rounds, as sleuth did before the continuous loop (measurement)
     # Asynchronous training: rollouts go on while the trainer updates, at most `max_staleness` versions
     # behind (0: the synchronous loop, sample then train). Staler groups are dropped and counted.
     max_staleness: int = 0
@@ -90,45 +86,6 @@ class RolloutConfig:
 class AlgorithmConfig:
     estimator: str = "grpo"
     estimator_args: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class UpdateConfig:
-    micro_batch_tokens: int = 4096  # tokens per forward/backward: padded ones, or real ones when packed
-    # Packed micro-batches: the forward runs each micro-batch's sequences as one row without padding
-    # (attention confined to each sequence), the losses see the padded path's numbers. Measured on one
-    # update of SmolLM2 (2 CPU cores, 8 DocRead trajectories): 0.82× the padded time, 0.96× its peak memory.
-    packing: bool = True
-    # Packed rows lay a common prefix of their sequences out once (a group's prompt): exact, the prompt's
-    # forward and backward paid once per micro-batch instead of once per member. Needs `packing` on a model
-    # that runs SDPA (sleuth's segment attention); elsewhere packed rows hold whole sequences.
-    share_prefix: bool = True
-    # The LM head and log-softmax run this many scored positions at a time, each chunk recomputed in the
-    # backward pass when there are several: the (n, V) fp32 logits of a long completion are never all kept.
-    logit_chunk: int = 1024
-    # The head over every position, then the scored rows, as the update ran before the head moved onto the
-    # scored positions: the same loss and gradient at more cost (measurement, like `rollout.lockstep`).
-    full_logits: bool = False
-    # PPO's inner loop (verl's ppo_epochs / ppo_mini_batch_size): the step's trajectories are split into
-    # `mini_batches` parts, one optimizer step each, and the pass is repeated `epochs` times.
-    epochs: int = 1
-    mini_batches: int = 1
-    # π_old of the ratio: recompute (a no-grad forward of the pre-update policy, once per rollout batch) or
-    # rollout (the engine's sampling logprobs: the ratio then also carries the engine–trainer mismatch)
-    old_logprobs: str = "recompute"
-    sync_tolerance: float = 1e-3  # max |Δ logit| between trainer and the transformers engine after a sync
-    sync_tolerance_vllm: float = 0.02  # max |Δ logprob| (top-5 of a probe) for vLLM: other kernels, same weights
-
-    def __post_init__(self) -> None:
-        if self.old_logprobs not in OLD_LOGPROBS:
-            raise ValueError(f"update.old_logprobs must be one of {', '.join(OLD_LOGPROBS)}; got {self.old_logprobs!r}")
-        if self.epochs < 1 or self.mini_batches < 1:
-            raise ValueError(f"update.epochs and update.mini_batches must be ≥ 1, "
-                             f"got {self.epochs}, {self.mini_batches}")
-        if self.micro_batch_tokens < 1:
-            raise ValueError(f"update.micro_batch_tokens must be ≥ 1, got {self.micro_batch_tokens}")
-        if self.logit_chunk < 1:
-            raise ValueError(f"update.logit_chunk must be ≥ 1, got {self.logit_chunk}")
 
 
 @dataclass
@@ -237,9 +194,6 @@ class TrainConfig:
                 raise ValueError("rollout.max_staleness > 0 takes whole steps of groups from a stream; "
                                  "zero_variance: dynamic (sampling more groups in the same step) "
                                  "needs max_staleness: 0")
-            if rc.lockstep:
-                raise ValueError("rollout.max_staleness > 0 runs the continuous loop; "
-                                 "lockstep: true needs max_staleness: 0")
             if self.loss.rollout_is == "none" and self.update.old_logprobs == "recompute":
                 raise ValueError("rollout.max_staleness > 0 trains on samples from older weights: correct them with "
                                  "the behaviour logprobs, loss.rollout_is: tis | mis (or update.old_logprobs: rollout)")

@@ -26,6 +26,7 @@ from sleuth.agents.openai_http import ServerUnreachable
 from sleuth.agents.policy import Generation, Request, SamplingParams
 from sleuth.agents.routing import RoutedPolicy
 from sleuth.training.cluster import ActorGone, ClusterConfig, ClusterError, connect, placement, through_restart
+from sleuth.training.config import RolloutConfig
 from sleuth.training.engine import full_state_dict
 from sleuth.training.rollout import WeightSyncError, probe_logits
 
@@ -40,13 +41,12 @@ class RolloutWorker:
     `generate` only with the weights the driver names (`weights_id`), so a restarted worker never answers
     with the model it was started from."""
 
-    def __init__(self, model_path: str, dtype: str, threads: int, device: str, max_batch: int, kv_keep_mb: int,
-                 share_prefill: bool):
+    def __init__(self, model_path: str, dtype: str, threads: int, device: str, max_batch: int, kv_keep_mb: int):
         from sleuth.agents.hf import TransformersPolicy
 
         torch.set_num_threads(max(1, threads))
         self.policy = TransformersPolicy(model_path, device=device, dtype=getattr(torch, dtype), max_batch=max_batch,
-                                         kv_keep_mb=kv_keep_mb, share_prefill=share_prefill)
+                                         kv_keep_mb=kv_keep_mb)
         self.weights_id = 0  # the model on disk
 
     def pid(self) -> int:
@@ -133,7 +133,7 @@ class WorkerPool:
     Without a sync they serve the model on disk (weights 0); `RayRollout` moves them on with the trainer's."""
 
     def __init__(self, cluster: ClusterConfig, model_path: str, dtype: torch.dtype, max_batch: int = 16,
-                 kv_keep_mb: int = 1024, share_prefill: bool = True, timeout_s: float = 600.0,
+                 kv_keep_mb: int = 1024, timeout_s: float = 600.0,
                  tolerance: float = 1e-3, probe_ids: list[int] | None = None, start_timeout_s: float = 600.0):
         from transformers import AutoConfig, AutoTokenizer
 
@@ -153,7 +153,7 @@ class WorkerPool:
             self.group = placement(self.ray, cluster.rollout_workers, {"CPU": cluster.worker_cpus,
                                                                        "GPU": cluster.worker_gpus}, "rollout workers")
             worker = (model_path, str(dtype).removeprefix("torch."), max(1, int(cluster.worker_cpus)),
-                      "cuda" if cluster.worker_gpus > 0 else "cpu", max_batch, kv_keep_mb, share_prefill)
+                      "cuda" if cluster.worker_gpus > 0 else "cpu", max_batch, kv_keep_mb)
             self.handles = [WorkerHandle(self, i, self._actor(i, worker)) for i in range(cluster.rollout_workers)]
             for h, pid in zip(self.handles, self._started(start_timeout_s), strict=True):
                 h.pid = pid
@@ -224,16 +224,15 @@ class WorkerPool:
 class RayRollout:
     """The `RolloutEngine` of `cluster.backend: ray`: a `WorkerPool` and the verified weight sync."""
 
-    def __init__(self, cfg: Any, model_path: str, dtype: torch.dtype, probe_ids: list[int], world: int = 1):
-        cluster: ClusterConfig = cfg.cluster
+    def __init__(self, rc: RolloutConfig, cluster: ClusterConfig, model_path: str, dtype: torch.dtype,
+                 probe_ids: list[int], tolerance: float, world: int = 1):
         import ray
 
         if world > 1 and cluster.address is None and not ray.is_initialized():  # a TrainRank actor is in Ray
             raise ClusterError("several training ranks share one Ray cluster: start it (`ray start --head`) and set "
                                "cluster.address: auto")
-        rc = cfg.rollout
-        self.pool = WorkerPool(cluster, model_path, dtype, rc.concurrency, rc.kv_keep_mb, rc.share_prefill,
-                               rc.sync_timeout_s, cfg.update.sync_tolerance, probe_ids)
+        self.pool = WorkerPool(cluster, model_path, dtype, rc.concurrency, rc.kv_keep_mb, rc.sync_timeout_s,
+                               tolerance, probe_ids)
         self.policy = self.pool.policy
 
     def sync(self, module: torch.nn.Module) -> dict[str, float]:

@@ -6,7 +6,7 @@ probe prompt must match the trainer's within a tolerance, else `WeightSyncError`
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
@@ -55,11 +55,11 @@ class TransformersRollout:
     engine would): the sync copies the trainer's full weights into it."""
 
     def __init__(self, model_path: str, device: str | None, dtype: torch.dtype, probe_ids: list[int],
-                 tolerance: float, max_batch: int = 16, kv_keep_mb: int = 1024, share_prefill: bool = True):
+                 tolerance: float, max_batch: int = 16, kv_keep_mb: int = 1024):
         from sleuth.agents.hf import TransformersPolicy
 
         self.policy = TransformersPolicy(model_path, device=device, dtype=dtype, max_batch=max_batch,
-                                         kv_keep_mb=kv_keep_mb, share_prefill=share_prefill)
+                                         kv_keep_mb=kv_keep_mb)
         self.probe_ids, self.tolerance = probe_ids, tolerance
 
     def sync(self, module: torch.nn.Module) -> dict[str, float]:
@@ -82,21 +82,3 @@ class TransformersRollout:
 
     def close(self) -> None:
         pass
-
-
-def make_rollout(cfg: Any, model_path: str, dtype: torch.dtype, probe_ids: list[int]) -> RolloutEngine:
-    from sleuth.training.engine import device
-
-    if cfg.rollout.engine == "vllm":
-        from sleuth.training.vllm_rollout import VLLMRollout
-
-        return VLLMRollout(cfg, model_path, probe_ids)
-    if cfg.cluster.backend == "ray":
-        import torch.distributed as dist
-
-        from sleuth.training.ray_rollout import RayRollout
-
-        return RayRollout(cfg, model_path, dtype, probe_ids, dist.get_world_size() if dist.is_initialized() else 1)
-    return TransformersRollout(model_path, str(device()), dtype, probe_ids, cfg.update.sync_tolerance,
-                               max_batch=cfg.rollout.concurrency, kv_keep_mb=cfg.rollout.kv_keep_mb,
-                               share_prefill=cfg.rollout.share_prefill)

@@ -22,17 +22,15 @@ import torch.distributed as dist
 from sleuth.agents.trajectory import Trajectory
 from sleuth.training import checkpoint
 from sleuth.training.batch import micro_batches
-from sleuth.training.config import CheckpointConfig, ConfigError, to_dict
+from sleuth.training.config import CheckpointConfig, ConfigError
 from sleuth.training.engine import (
     EngineConfig,
-    build_engine,
     device,
     init_distributed,
-    load_dtype,
-    resolved_dtype,
 )
 from sleuth.training.forward import ScoredForward
-from sleuth.training.metrics import MetricsLogger, WandbConfig
+from sleuth.training.metrics import WandbConfig
+from sleuth.training.run import PROBE, RunDir, load_policy_model
 from sleuth.training.sft_data import (
     SOURCES,
     accepted,
@@ -120,28 +118,20 @@ class SFTTrainer:
         self.cfg, self.progress = cfg, progress
         self.rank, self.world = init_distributed()
         self.out = Path(cfg.out)
-        self.lock = checkpoint.own_run_dir(self.out)  # one process (group) per run directory, until train ends
+        self.run_dir = RunDir(cfg.out, resume)  # one process (group) per run directory, until train ends
         try:
-            self._setup(cfg, resume)
+            self._setup(cfg)
         except BaseException:
-            self.release()
+            self.run_dir.release()
             raise
 
     def release(self) -> None:
-        """Let another process have the run directory."""
-        if self.lock is not None:
-            self.lock.release()
-            self.lock = None
+        """Let another process have the run directory (`train` does at its end)."""
+        self.run_dir.release()
 
-    def _setup(self, cfg: SFTConfig, resume: bool) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from sleuth.agents.models import resolve_model
+    def _setup(self, cfg: SFTConfig) -> None:
         from sleuth.tasks import LeakageError, check_tasks, held_out_specs, load_held_out, load_tasks
 
-        self.ckpt_root = self.out / "checkpoints"
-        if not resume and checkpoint.has_run(self.ckpt_root):
-            raise ConfigError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
         d = cfg.data
         try:
             self.held_out = load_held_out(held_out_specs(d.tasks, d.held_out))
@@ -152,27 +142,15 @@ class SFTTrainer:
             check_tasks(self.tasks, self.held_out, f"data.tasks {d.tasks}")
         except LeakageError as e:
             raise ConfigError(str(e)) from None
-        self.model_path = str(resolve_model(cfg.model))
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         torch.manual_seed(cfg.seed + self.rank)
-        self.dtype = resolved_dtype(cfg.engine)
-        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=load_dtype(cfg.engine)).to(device())
-        model.config.use_cache = False
-        self.engine = build_engine(model, cfg.engine)
+        self.model = load_policy_model(cfg.model, cfg.engine)
+        self.model_path, self.tokenizer, self.engine = self.model.path, self.model.tokenizer, self.model.engine
+        self.pad_id = self.model.pad_id
         self.forward = ScoredForward(self.engine, self.engine.module, packed=cfg.packing)
-        self.step = 0
-        if resume:
-            state = checkpoint.resume(self.engine, self.ckpt_root, self.out)
-            self.step = int(state["step"]) if state else 0
-        self.logger = (MetricsLogger(self.out, self.step, cfg.tensorboard, cfg.wandb, to_dict(cfg))
-                       if self.rank == 0 else None)
+        state = self.run_dir.restore(self.engine)
+        self.step = int(state["step"]) if state else 0
+        self.logger = self.run_dir.open(self.rank, self.step, cfg, cfg.tensorboard, cfg.wandb)
         self._rollout: Any = None
-        if self.rank == 0:
-            import yaml
-
-            self.out.mkdir(parents=True, exist_ok=True)
-            (self.out / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
     # -- the loop -------------------------------------------------------------------------------------
     def train(self) -> list[dict[str, Any]]:
@@ -223,7 +201,7 @@ class SFTTrainer:
         return rows
 
     def save(self) -> None:
-        checkpoint.save(self.engine, self.ckpt_root, self.step, {"step": self.step}, self.cfg.checkpoint.keep)
+        self.run_dir.save(self.engine, self.step, {"step": self.step}, self.cfg.checkpoint.keep)
 
     def sft_step(self, trajs: Sequence[Trajectory]) -> dict[str, Any]:
         """One optimizer step on this rank's share of the batch: mean NLL of every policy token in the batch."""
@@ -309,10 +287,9 @@ class SFTTrainer:
         """The rejection sampler: a transformers engine holding the current weights (sync verified)."""
         from sleuth.agents.chat import ChatRenderer
         from sleuth.training.rollout import TransformersRollout
-        from sleuth.training.trainer import PROBE
 
         if self._rollout is None:
-            self._rollout = TransformersRollout(self.model_path, str(device()), self.dtype,
+            self._rollout = TransformersRollout(self.model_path, str(device()), self.model.dtype,
                                                 ChatRenderer(self.tokenizer).prompt_ids(PROBE), 1e-3,
                                                 max_batch=self.cfg.data.concurrency)
         self._rollout.sync(self.engine.module)

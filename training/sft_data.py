@@ -24,7 +24,7 @@ SOURCES = ("oracle", "rejection", "trajectories", "chat")
 
 def score(traj: Trajectory) -> float:
     """The verifier's score of an episode (its reward where no verdict was recorded)."""
-    return float((traj.verdict or {}).get("score", traj.reward))
+    return traj.verdict.score if traj.verdict is not None else float(traj.reward)
 
 
 def accepted(trajs: Sequence[Trajectory], min_score: float) -> list[Trajectory]:

@@ -5,81 +5,107 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from sleuth.agents.trajectory import Trajectory
+from sleuth.training.async_rollout import StreamStats
 from sleuth.training.metrics import describe
+from sleuth.training.update import UpdateStats
 
 
-def step_row(parts: list[dict[str, Any]], times: dict[str, float], sync: dict[str, float], rollout_is: bool,
+@dataclass
+class StepPart:
+    """One rank's share of a training step, gathered from every rank into the step's row."""
+
+    update: UpdateStats
+    rewards: list[float]  # per episode that did not fail
+    truncated: list[float]
+    success: list[float]  # reward > 0
+    length_correct: list[int]  # policy tokens of the episodes with reward > 0
+    length_wrong: list[int]
+    components: dict[str, list[float]]  # verdict details and estimator metrics, per episode
+    adv: list[float]  # per policy token, the advantage the loss used
+    groups: int
+    zero_var: dict[str, int]  # groups whose members all scored alike: "correct" / "wrong"
+    no_signal_groups: int
+    gen_tokens: int
+    failed: int
+    dropped_failed: int
+    reissued: int
+    stream: StreamStats | None  # asynchronous training: what the stream's take dropped and how stale it was
+
+
+def step_row(parts: list[StepPart], times: dict[str, float], sync: dict[str, float], rollout_is: bool,
              policy_version: int, group_size: int) -> dict[str, Any]:
-    """One step's metrics row from every rank's part (`parts`, gathered), the stage times and the sync check."""
-    cat = lambda k: [x for p in parts for x in p.get(k, [])]  # noqa: E731
+    """One step's metrics row (every name the trainer logs) from every rank's part, the stage times and the
+    sync check."""
+    def cat(key: str) -> list[float]:
+        return [x for p in parts for x in getattr(p.update, key)]
+
+    def mean(v: Sequence[float], empty: float = float("nan")) -> float:
+        return float(np.mean(v)) if len(v) else empty
+
     row: dict[str, Any] = {}
-    row.update(describe("reward", cat("rewards")))
+    row.update(describe("reward", [x for p in parts for x in p.rewards]))
     comps: dict[str, list[float]] = {}
     for p in parts:
-        for k, v in p["components"].items():
+        for k, v in p.components.items():
             comps.setdefault(k, []).extend(v)
     for k, v in comps.items():
         row.update(describe(f"reward/{k}", v))
-    adv = cat("adv")
-    row.update(describe("adv", adv, ("mean", "absmax")))
+    row.update(describe("adv", [x for p in parts for x in p.adv], ("mean", "absmax")))
     for k in ("policy", "kl", "entropy", "mix"):  # numerators over the global denominator: summed over ranks
-        row[f"loss/{k}"] = sum(p.get(f"loss/{k}", 0.0) for p in parts)
-    row["grad_norm"] = parts[0].get("grad_norm", float("nan"))
-    row["optimizer_steps"] = parts[0].get("optimizer_steps", 0)
-    for k, w in enumerate(parts[0].get("mix_weights", [])):  # gear_mix: mean weight per granularity
+        row[f"loss/{k}"] = sum(getattr(p.update, f"loss_{k}") for p in parts)
+    first = parts[0].update
+    row["grad_norm"] = first.grad_norm
+    row["optimizer_steps"] = first.optimizer_steps
+    for k, w in enumerate(first.mix_weights):  # gear_mix: mean weight per granularity
         row[f"mix/w{k}"] = w
     row.update(describe("kl", cat("kl"), ("mean",)))
     row.update(describe("entropy", cat("entropy"), ("mean",)))
     for k in ("low", "high", "dual"):
-        v = cat(f"clip_{k}")
-        row[f"clip/{k}"] = float(np.mean(v)) if v else float("nan")
+        row[f"clip/{k}"] = mean(cat(f"clip_{k}"))
     row.update(describe("ratio", cat("ratio"), ("p50", "p99", "max")))
     # tokens whose |log π_θ − log π_old| passed losses.LOG_RATIO_CLAMP: their ratio is wrong
-    clamped = cat("log_ratio_clamped")
-    row["clip/log_ratio_clamp"] = float(np.mean(clamped)) if clamped else float("nan")
+    row["clip/log_ratio_clamp"] = mean(cat("log_ratio_clamped"))
     ess = cat("group_ess")  # per group, normalised to (0, 1]: see update.group_ess
-    row["groups/ess_mean"] = float(np.mean(ess)) if ess else float("nan")
+    row["groups/ess_mean"] = mean(ess)
     row["groups/ess_min"] = float(np.min(ess)) if ess else float("nan")
-    log_ratio = cat("log_ratio")  # verl's ppo_kl: mean of log π_old − log π_θ over the update's tokens
-    row["ppo_kl"] = -float(np.mean(log_ratio)) if log_ratio else float("nan")
+    row["ppo_kl"] = -mean(cat("log_ratio"))  # verl's ppo_kl: mean of log π_old − log π_θ over the update's tokens
     if rollout_is:
         row.update(describe("is_weight", cat("is_weight"), ("mean", "max")))
-        for k in ("clipped", "masked"):
-            v = cat(f"is_{k}")
-            row[f"is/{k}"] = float(np.mean(v)) if v else 0.0
+        row["is/clipped"] = mean(cat("is_clipped"), 0.0)
+        row["is/masked"] = mean(cat("is_masked"), 0.0)
     row.update(describe("mismatch", cat("mismatch"), ("mean", "p99", "max")))
-    n_groups = sum(p["groups"] for p in parts)
-    zv = Counter()
+    n_groups = max(sum(p.groups for p in parts), 1)
+    zv: Counter[str] = Counter()
     for p in parts:
-        zv.update(p["zero_var"])
-    row["groups/zero_var_correct"] = zv["correct"] / max(n_groups, 1)
-    row["groups/zero_var_wrong"] = zv["wrong"] / max(n_groups, 1)
-    row["groups/zero_var"] = (zv["correct"] + zv["wrong"]) / max(n_groups, 1)
-    row["groups/zero_var_expected"] = expected_zero_variance(cat("success"), group_size)
-    row["groups/no_signal"] = sum(p["no_signal_groups"] for p in parts) / max(n_groups, 1)
-    row["episodes/failed"] = sum(p["failed"] for p in parts)
-    row["groups/dropped_failed"] = sum(p["dropped_failed"] for p in parts)
-    row["groups/reissued"] = sum(p["reissued"] for p in parts)
-    lc, lw = cat("length_correct"), cat("length_wrong")
-    row["length/correct"] = float(np.mean(lc)) if lc else float("nan")
-    row["length/wrong"] = float(np.mean(lw)) if lw else float("nan")
-    row["truncation_rate"] = float(np.mean(cat("truncated"))) if cat("truncated") else 0.0
-    row["tokens_per_s/rollout"] = sum(p["gen_tokens"] for p in parts) / max(times["rollout"], 1e-9)
-    row["tokens_per_s/update"] = sum(p.get("train_tokens", 0) for p in parts) / max(times["update"], 1e-9)
+        zv.update(p.zero_var)
+    row["groups/zero_var_correct"] = zv["correct"] / n_groups
+    row["groups/zero_var_wrong"] = zv["wrong"] / n_groups
+    row["groups/zero_var"] = (zv["correct"] + zv["wrong"]) / n_groups
+    row["groups/zero_var_expected"] = expected_zero_variance([x for p in parts for x in p.success], group_size)
+    row["groups/no_signal"] = sum(p.no_signal_groups for p in parts) / n_groups
+    row["episodes/failed"] = sum(p.failed for p in parts)
+    row["groups/dropped_failed"] = sum(p.dropped_failed for p in parts)
+    row["groups/reissued"] = sum(p.reissued for p in parts)
+    row["length/correct"] = mean([x for p in parts for x in p.length_correct])
+    row["length/wrong"] = mean([x for p in parts for x in p.length_wrong])
+    row["truncation_rate"] = mean([x for p in parts for x in p.truncated], 0.0)
+    row["tokens_per_s/rollout"] = sum(p.gen_tokens for p in parts) / max(times["rollout"], 1e-9)
+    row["tokens_per_s/update"] = sum(p.update.train_tokens for p in parts) / max(times["update"], 1e-9)
     row.update({f"time/{k}": v for k, v in times.items()})
     row.update(sync)
     row["policy_version"] = policy_version
-    streams = [p["stream"] for p in parts if p["stream"] is not None]
+    streams = [p.stream for p in parts if p.stream is not None]
     if streams:  # asynchronous training: what the staleness bound dropped, and how stale the rest was
-        ages = [a for s in streams for a in s["staleness"]]
-        row["async/dropped"] = sum(s["dropped"] for s in streams)
-        row["async/partial"] = sum(s["partial"] for s in streams)
-        row["async/staleness_mean"] = float(np.mean(ages)) if ages else float("nan")
+        ages = [a for s in streams for a in s.staleness]
+        row["async/dropped"] = sum(s.dropped for s in streams)
+        row["async/partial"] = sum(s.partial for s in streams)
+        row["async/staleness_mean"] = mean(ages)
         row["async/staleness_max"] = max(ages, default=0)
     return row
 

@@ -13,12 +13,11 @@ count at the end of the run."""
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import gymnasium
 import numpy as np
@@ -32,23 +31,18 @@ from sleuth.training import checkpoint
 from sleuth.training.agent_rollout import AgentRollouts
 from sleuth.training.async_rollout import RolloutStream
 from sleuth.training.collected import Collected
-from sleuth.training.config import ConfigError, TrainConfig, TrainingError, TrainingWarning, to_dict
-from sleuth.training.engine import (
-    build_engine,
-    device,
-    full_state_dict,
-    init_distributed,
-    load_dtype,
-    resolved_dtype,
-)
-from sleuth.training.metrics import MISMATCH_WARN, MetricsLogger
+from sleuth.training.config import ConfigError, TrainConfig, TrainingError, TrainingWarning
+from sleuth.training.engine import full_state_dict, init_distributed
+from sleuth.training.metrics import MISMATCH_WARN
 from sleuth.training.ray_envs import EnvPool
-from sleuth.training.rollout import WeightSyncError
+from sleuth.training.rollout import RolloutEngine, WeightSyncError
+from sleuth.training.rollouts import make_rollout
+from sleuth.training.run import PROBE, RunDir, load_policy_model, load_reference
 from sleuth.training.sampler import TaskSampler
-from sleuth.training.step_metrics import components, ranges, step_row, why_no_signal
+from sleuth.training.step_metrics import StepPart, components, ranges, step_row, why_no_signal
 from sleuth.training.update import PolicyUpdater, all_sum
 
-PROBE = [{"role": "user", "content": "Which city is the capital of France? Answer in one word."}]
+T = TypeVar("T")
 NO_SIGNAL_ADVICE = ("raise rollout.group_size or rollout.temperature, add a step reward (algorithm.estimator: "
                     "info_gain), or sample more groups (rollout.zero_variance: dynamic)")
 
@@ -64,87 +58,60 @@ class Trainer:
         self.out = Path(cfg.out)
         self.agent: AgentRollouts | None = None
         self.envs: EnvPool | None = None
-        self.lock = checkpoint.own_run_dir(self.out)  # one process (group) per run directory, until train ends
-        try:
-            self._setup(cfg, resume)
-        except BaseException:
-            if self.agent is not None:
-                self.agent.close()
-            if self.envs is not None:
-                self.envs.close()
-            if hasattr(self, "rollout"):  # e.g. a checkpoint that cannot be restored: stop the engine it started
-                self.rollout.close()
-            self.release()
-            raise
-
-    def release(self) -> None:
-        """Let another process have the run directory."""
-        if self.lock is not None:
-            self.lock.release()
-            self.lock = None
-
-    def _setup(self, cfg: TrainConfig, resume: bool) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from sleuth import rewards
-        from sleuth.agents.chat import ChatRenderer
-        from sleuth.agents.models import resolve_model
-        from sleuth.tasks import LeakageError, check_tasks, held_out_specs, load_held_out, load_tasks
-        from sleuth.training.rollout import make_rollout
-
+        self.rollout: RolloutEngine | None = None
         if cfg.rollout.tasks_per_step % self.world:
             raise ConfigError(f"rollout.tasks_per_step ({cfg.rollout.tasks_per_step}) must be a multiple of the "
                               f"number of processes ({self.world}): each rank trains on whole groups")
-        self.ckpt_root = self.out / "checkpoints"
-        if not resume and checkpoint.has_run(self.ckpt_root):
-            raise ConfigError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
+        self.run_dir = RunDir(cfg.out, resume)  # one process (group) per run directory, until train ends
+        try:
+            self._setup(cfg)
+        except BaseException:
+            for part in (self.agent, self.envs, self.rollout):  # e.g. a checkpoint that cannot be restored
+                if part is not None:
+                    part.close()
+            self.run_dir.release()
+            raise
+
+    def release(self) -> None:
+        """Let another process have the run directory (`train` does at its end)."""
+        self.run_dir.release()
+
+    def _setup(self, cfg: TrainConfig) -> None:
+        from sleuth import rewards
+        from sleuth.agents.chat import ChatRenderer
+
         torch.manual_seed(cfg.seed + self.rank)
         self.estimator = rewards.make(cfg.algorithm.estimator, **cfg.algorithm.estimator_args)
-        self.tasks = load_tasks(cfg.tasks, limit=cfg.task_limit)
-        try:  # evaluation data never trains: the source's test split and the run's eval tasks stay out
-            check_tasks(self.tasks, load_held_out(held_out_specs(cfg.tasks, [cfg.eval.tasks])), f"tasks {cfg.tasks}")
-        except LeakageError as e:
-            raise ConfigError(str(e)) from None
+        self.tasks = _training_tasks(cfg)
         self.tasks_by_id = {t.id: t for t in self.tasks}
         self.sampler = TaskSampler(len(self.tasks), cfg.seed)
-        self.model_path = str(resolve_model(cfg.model))
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.model = load_policy_model(cfg.model, cfg.engine)
+        self.model_path, self.tokenizer, self.engine = self.model.path, self.model.tokenizer, self.model.engine
         try:
             self.estimator.check_policy(self.tokenizer)
         except ValueError as e:
             raise ConfigError(f"algorithm.estimator {cfg.algorithm.estimator!r}: {e}") from None
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        dtype = resolved_dtype(cfg.engine)
-        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=load_dtype(cfg.engine)).to(device())
-        model.config.use_cache = False
-        self.engine = build_engine(model, cfg.engine)
         self.mismatch_warned = False
         self.no_signal_steps: list[int] = []
-        ref = None
-        if cfg.loss.kl_coef > 0:
-            ref = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype).to(device()).eval()
-            ref.requires_grad_(False)
+        temperature = cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0
         mixing = None
         if self.estimator.mixing is not None:  # gear_mix: the trainer mixes its granularities per token
             from sleuth.training.mixing import Mixing
 
-            mixing = Mixing(self.estimator.mixing, self.engine.module, model.config.hidden_size,
-                            cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0, cfg.update.packing)
-        up = cfg.update
-        self.updater = PolicyUpdater(self.engine, cfg.loss, self.pad_id, up.micro_batch_tokens, ref,
-                                     temperature=cfg.rollout.temperature, mixing=mixing, epochs=up.epochs,
-                                     mini_batches=up.mini_batches, old_logprobs=up.old_logprobs,
-                                     seed=cfg.seed + self.rank, packing=up.packing, logit_chunk=up.logit_chunk,
-                                     share_prefix=up.share_prefix, full_logits=up.full_logits)
+            mixing = Mixing(self.estimator.mixing, self.engine.module, self.model.hidden_size, temperature,
+                            cfg.update.packing)
+        self.updater = PolicyUpdater(self.engine, cfg.update, cfg.loss, self.model.pad_id,
+                                     ref=load_reference(self.model) if cfg.loss.kl_coef > 0 else None,
+                                     temperature=temperature, mixing=mixing, seed=cfg.seed + self.rank)
         self.probe_ids = ChatRenderer(self.tokenizer).prompt_ids(PROBE)
-        self.rollout = make_rollout(cfg, self.model_path, dtype, self.probe_ids)
+        self.rollout = make_rollout(cfg.rollout, cfg.cluster, cfg.update, self.model_path, self.model.dtype,
+                                    self.probe_ids, self.world)
         self.make_env = self._env_factory()
         self.step, version = 0, 0
-        if resume:
-            state = checkpoint.resume(self.engine, self.ckpt_root, self.out)
-            if state is not None:
-                self.step, version = int(state["step"]), int(state["policy_version"])
-                self.sampler.load(state["sampler"])
+        state = self.run_dir.restore(self.engine)
+        if state is not None:
+            self.step, version = int(state["step"]), int(state["policy_version"])
+            self.sampler.load(state["sampler"])
         if self.estimator.refresh_due(0):  # a reader that tracks the policy starts as the policy (or its checkpoint)
             self.estimator.refresh(full_state_dict(self.engine.module))
         self.rollout.sync(self.engine.module)  # verified, also at a fresh start: the engine must match
@@ -152,12 +119,7 @@ class Trainer:
         self.gate = WeightsGate()
         self.stream = self._stream() if cfg.rollout.max_staleness > 0 else None
         self.agent = self._agent() if cfg.agent.enabled else None
-        self.logger = (MetricsLogger(self.out, self.step, cfg.tensorboard, cfg.wandb, _yaml_safe(to_dict(cfg)))
-                       if self.rank == 0 else None)
-        if self.rank == 0:
-            import yaml
-
-            (self.out / "config.yaml").write_text(yaml.safe_dump(_yaml_safe(to_dict(cfg)), sort_keys=False))
+        self.logger = self.run_dir.open(self.rank, self.step, cfg, cfg.tensorboard, cfg.wandb)
 
     # -- the loop -------------------------------------------------------------------------------------
     def train(self) -> list[dict[str, Any]]:
@@ -195,12 +157,12 @@ class Trainer:
             if self.envs is not None:
                 self.envs.close()
             self.rollout.close()
-            self.release()
+            self.run_dir.release()
         return rows
 
     def save(self) -> None:
         state = {"step": self.step, "sampler": self.sampler.state(), "policy_version": self.rollout.policy.version}
-        checkpoint.save(self.engine, self.ckpt_root, self.step, state, self.cfg.checkpoint.keep)
+        self.run_dir.save(self.engine, self.step, state, self.cfg.checkpoint.keep)
 
     def train_step(self) -> dict[str, Any]:
         from sleuth.rewards.base import groups
@@ -222,24 +184,22 @@ class Trainer:
             self.estimator.refresh(full_state_dict(self.engine.module))
         t4 = time.perf_counter()
         self.step = step
-        local = {
-            "rewards": [t.reward for t in ok], "truncated": [float(t.truncated) for t in ok],
-            "length_correct": [t.num_policy_tokens for t in ok if t.reward > 0],
-            "length_wrong": [t.num_policy_tokens for t in ok if t.reward <= 0],
-            "components": {**components(ok), **got.estimator_metrics},
+        part = StepPart(
+            update=upd, rewards=[t.reward for t in ok], truncated=[float(t.truncated) for t in ok],
+            success=[float(t.reward > 0) for t in ok],
+            length_correct=[t.num_policy_tokens for t in ok if t.reward > 0],
+            length_wrong=[t.num_policy_tokens for t in ok if t.reward <= 0],
+            components={**components(ok), **got.estimator_metrics},
             # per policy token, the advantage the loss used (for gear_mix: the mixed one, from the update)
-            "adv": upd.pop("mixed_adv", None)
-            or (np.concatenate([np.asarray(a).reshape(-1) for a in advantages]).tolist() if advantages else []),
-            "groups": len(groups(seen)), "zero_var": dict(got.zero_var), "no_signal_groups": got.no_signal_groups,
-            "success": [float(t.reward > 0) for t in ok],
-            "gen_tokens": sum(t.num_policy_tokens for t in seen), "stream": got.stream,
-            "failed": len(seen) - len(ok), "dropped_failed": got.dropped_failed, "reissued": got.reissued, **upd,
-        }
+            adv=upd.mixed_adv or [float(x) for a in advantages for x in np.asarray(a).reshape(-1)],
+            groups=len(groups(seen)), zero_var=dict(got.zero_var), no_signal_groups=got.no_signal_groups,
+            gen_tokens=sum(t.num_policy_tokens for t in seen), failed=len(seen) - len(ok),
+            dropped_failed=got.dropped_failed, reissued=got.reissued, stream=got.stream)
         # step_cpu: this process's CPU seconds over the step, all its threads (episodes per CPU-minute is
         # what a CPU run is limited by); a vLLM server's own are not in it
         times = {"rollout": t1 - t0, "reward": t2 - t1, "update": t3 - t2, "sync": t4 - t3,
                  "step_cpu": time.process_time() - cpu0}
-        row = step_row(_gather(local), times, sync, self.cfg.loss.rollout_is != "none", self.rollout.policy.version,
+        row = step_row(_gather(part), times, sync, self.cfg.loss.rollout_is != "none", self.rollout.policy.version,
                        self.cfg.rollout.group_size)
         # no learning signal: nothing the reward said reached the weights (no trajectory kept, every advantage 0,
         # or a gradient of exactly 0); the same decision on every rank (the row is global)
@@ -329,7 +289,7 @@ class Trainer:
             if self.stream is not None:
                 taken = self.stream.take(rc.tasks_per_step // self.world, self.rollout.policy.version)
                 trajs = taken.trajs + taken.failed
-                got.stream = {"dropped": taken.dropped, "staleness": taken.staleness, "partial": taken.partial}
+                got.stream = taken.stats
             else:
                 chosen = [self.tasks[i] for i in self.sampler.take(rc.tasks_per_step)[self.rank::self.world]]
                 trajs = self._rollout_round(step, round_, chosen)
@@ -367,8 +327,7 @@ class Trainer:
         seed = (cfg.seed * 1_000_003 + step * 1009 + round_ * 31 + reissue * 7919 + self.rank) % (2**31)
         sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
         trajs = list(run_episodes(self.make_env, tasks, self.rollout.policy,
-                                  sampling, rc.concurrency, env_id=cfg.env, env_workers=rc.env_workers,
-                                  lockstep=rc.lockstep))
+                                  sampling, rc.concurrency, env_id=cfg.env, env_workers=rc.env_workers))
         for t in trajs:
             t.group = f"{t.task_id}@{step}.{label}"
         return trajs
@@ -376,11 +335,19 @@ class Trainer:
     # -- metrics --------------------------------------------------------------------------------------
 
 
-def _gather(obj: dict[str, Any]) -> list[dict[str, Any]]:
+def _gather(obj: T) -> list[T]:
     out: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out
 
 
-def _yaml_safe(x: Any) -> Any:
-    return json.loads(json.dumps(x, default=list))
+def _training_tasks(cfg: TrainConfig) -> list[Task]:
+    """`tasks`, checked against the evaluation data: the source's test split and the run's eval tasks."""
+    from sleuth.tasks import LeakageError, check_tasks, held_out_specs, load_held_out, load_tasks
+
+    tasks = load_tasks(cfg.tasks, limit=cfg.task_limit)
+    try:
+        check_tasks(tasks, load_held_out(held_out_specs(cfg.tasks, [cfg.eval.tasks])), f"tasks {cfg.tasks}")
+    except LeakageError as e:
+        raise ConfigError(str(e)) from None
+    return tasks

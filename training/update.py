@@ -33,22 +33,103 @@ from sleuth.training.losses import (
 )
 from sleuth.training.mixing import Mixing
 
-STAT_KEYS = ("ratio", "log_ratio", "log_ratio_clamped", "clip_low", "clip_high", "clip_dual", "kl", "entropy",
-             "mismatch", "is_weight", "is_clipped", "is_masked", "mixed_adv", "mix_weights")
-LOSS_KEYS = ("policy", "kl", "entropy", "mix")
+OLD_LOGPROBS = ("recompute", "rollout")
+
+
+@dataclass
+class UpdateConfig:
+    """`update:`: how the policy update batches its tokens and loops over the step's trajectories."""
+
+    micro_batch_tokens: int = 4096  # tokens per forward/backward: padded ones, or real ones when packed
+    # Packed micro-batches: the forward runs each micro-batch's sequences as one row without padding
+    # (attention confined to each sequence), the losses see the padded path's numbers (bench/update_memory.py
+    # measures time and peak memory against the padded path).
+    packing: bool = True
+    # Packed rows lay a common prefix of their sequences out once (a group's prompt): exact, the prompt's
+    # forward and backward paid once per micro-batch instead of once per member. Needs `packing` on a model
+    # that runs SDPA (sleuth's segment attention); elsewhere packed rows hold whole sequences.
+    share_prefix: bool = True
+    # The LM head and log-softmax run this many scored positions at a time, each chunk recomputed in the
+    # backward pass when there are several: the (n, V) fp32 logits of a long completion are never all kept.
+    logit_chunk: int = 1024
+    # PPO's inner loop (verl's ppo_epochs / ppo_mini_batch_size): the step's trajectories are split into
+    # `mini_batches` parts, one optimizer step each, and the pass is repeated `epochs` times.
+    epochs: int = 1
+    mini_batches: int = 1
+    # π_old of the ratio: recompute (a no-grad forward of the pre-update policy, once per rollout batch) or
+    # rollout (the engine's sampling logprobs: the ratio then also carries the engine–trainer mismatch)
+    old_logprobs: str = "recompute"
+    sync_tolerance: float = 1e-3  # max |Δ logit| between trainer and the transformers engine after a sync
+    sync_tolerance_vllm: float = 0.02  # max |Δ logprob| (top-5 of a probe) for vLLM: other kernels, same weights
+
+    def __post_init__(self) -> None:
+        if self.old_logprobs not in OLD_LOGPROBS:
+            raise ValueError(f"update.old_logprobs must be one of {', '.join(OLD_LOGPROBS)}; got {self.old_logprobs!r}")
+        if self.epochs < 1 or self.mini_batches < 1:
+            raise ValueError(f"update.epochs and update.mini_batches must be ≥ 1, "
+                             f"got {self.epochs}, {self.mini_batches}")
+        if self.micro_batch_tokens < 1:
+            raise ValueError(f"update.micro_batch_tokens must be ≥ 1, got {self.micro_batch_tokens}")
+        if self.logit_chunk < 1:
+            raise ValueError(f"update.logit_chunk must be ≥ 1, got {self.logit_chunk}")
+
+
+TOKEN_STATS = ("ratio", "log_ratio", "log_ratio_clamped", "clip_low", "clip_high", "clip_dual", "kl", "entropy",
+               "mismatch", "is_weight", "is_clipped", "is_masked", "mixed_adv")
+
+
+@dataclass
+class UpdateStats:
+    """What one update measured on this rank. Per-token lists hold one value per policy token the update saw
+    (`mismatch`, `is_*`, `mixed_adv`: first epoch only); the losses are this rank's numerators over the global
+    denominator, averaged over optimizer steps, so they sum over ranks."""
+
+    ratio: list[float] = field(default_factory=list)
+    log_ratio: list[float] = field(default_factory=list)  # log π_θ − log π_old
+    log_ratio_clamped: list[float] = field(default_factory=list)  # 1 where |log ratio| passed LOG_RATIO_CLAMP
+    clip_low: list[float] = field(default_factory=list)
+    clip_high: list[float] = field(default_factory=list)
+    clip_dual: list[float] = field(default_factory=list)
+    kl: list[float] = field(default_factory=list)
+    entropy: list[float] = field(default_factory=list)
+    mismatch: list[float] = field(default_factory=list)  # |log π_old − log π_rollout| (the pre-update policy)
+    is_weight: list[float] = field(default_factory=list)
+    is_clipped: list[float] = field(default_factory=list)
+    is_masked: list[float] = field(default_factory=list)
+    mixed_adv: list[float] = field(default_factory=list)  # gear_mix: the advantage the loss used
+    mix_weights: list[float] = field(default_factory=list)  # gear_mix: mean weight per granularity
+    loss_policy: float = 0.0
+    loss_kl: float = 0.0
+    loss_entropy: float = 0.0
+    loss_mix: float = 0.0
+    group_ess: list[float] = field(default_factory=list)  # per group, see `group_ess`
+    grad_norm: float = float("nan")
+    optimizer_steps: int = 0
+    train_tokens: int = 0
 
 
 @dataclass
 class _Tally:
     """What an update measures across its optimizer steps."""
-    stats: dict[str, list[torch.Tensor]] = field(default_factory=lambda: {k: [] for k in STAT_KEYS})
-    losses: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LOSS_KEYS, 0.0))
+    stats: dict[str, list[torch.Tensor]] = field(default_factory=lambda: {k: [] for k in (*TOKEN_STATS, "mix")})
+    losses: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("policy", "kl", "entropy", "mix"), 0.0))
     grad_norms: list[float] = field(default_factory=list)
     # per group: each member's sequence log-weight log π_old(y) − log π_rollout(y), measured once
     seq_log_w: dict[str, list[float]] = field(default_factory=dict)
 
     def add(self, key: str, value: torch.Tensor) -> None:
         self.stats[key].append(value.detach().cpu())
+
+    def result(self, train_tokens: int) -> UpdateStats:
+        steps = len(self.grad_norms)
+        if steps == 0:
+            return UpdateStats()
+        mix = self.stats["mix"]
+        return UpdateStats(**{k: torch.cat(self.stats[k]).tolist() if self.stats[k] else [] for k in TOKEN_STATS},
+                           mix_weights=torch.cat(mix).mean(0).tolist() if mix else [],
+                           **{f"loss_{k}": v / steps for k, v in self.losses.items()},
+                           group_ess=[group_ess(v) for v in self.seq_log_w.values()],
+                           grad_norm=float(np.mean(self.grad_norms)), optimizer_steps=steps, train_tokens=train_tokens)
 
 
 def group_ess(log_w: Sequence[float]) -> float:
@@ -61,69 +142,54 @@ def group_ess(log_w: Sequence[float]) -> float:
 
 
 class PolicyUpdater:
-    def __init__(self, engine: Any, loss: LossConfig, pad_id: int, micro_batch_tokens: int,
+    """The policy update of `update:` (its batching and PPO loop) under the objective of `loss:`. `ref` is the
+    frozen reference model of the KL term, `mixing` GEAR's learned mix of advantage granularities; `seed`
+    orders the mini-batches."""
+
+    def __init__(self, engine: Any, update: UpdateConfig, loss: LossConfig, pad_id: int,
                  ref: torch.nn.Module | None = None, temperature: float = 1.0, mixing: Mixing | None = None,
-                 epochs: int = 1, mini_batches: int = 1, old_logprobs: str = "recompute", seed: int = 0,
-                 packing: bool = True, logit_chunk: int = 1024, share_prefix: bool = True, full_logits: bool = False):
-        if old_logprobs not in ("recompute", "rollout"):
-            raise ValueError(f"old_logprobs must be recompute or rollout; got {old_logprobs!r}")
-        if epochs < 1 or mini_batches < 1:
-            raise ValueError(f"epochs and mini_batches must be ≥ 1, got {epochs}, {mini_batches}")
-        if loss.rollout_is != "none" and old_logprobs == "rollout":
+                 seed: int = 0):
+        if loss.rollout_is != "none" and update.old_logprobs == "rollout":
             raise ValueError("rollout_is needs old_logprobs='recompute' (with 'rollout' π_old is π_rollout)")
-        self.engine, self.loss, self.pad_id, self.micro_batch_tokens, self.ref = (
-            engine, loss, pad_id, micro_batch_tokens, ref)
+        self.engine, self.cfg, self.loss, self.pad_id, self.ref = engine, update, loss, pad_id, ref
         # The policy being optimised is the sampling distribution softmax(logits / T), as in the rollouts.
         self.temperature = temperature if temperature > 0 else 1.0
-        self.policy = ScoredForward(engine, engine.module, self.temperature, packed=packing, chunk=logit_chunk,
-                                    share_prefix=share_prefix, full_logits=full_logits)
-        self.ref_forward = (ScoredForward(ref, ref, self.temperature, packed=packing, chunk=logit_chunk,
-                                          share_prefix=share_prefix, full_logits=full_logits)
-                            if ref is not None else None)
+        self.policy = ScoredForward(engine, engine.module, self.temperature, packed=update.packing,
+                                    chunk=update.logit_chunk, share_prefix=update.share_prefix)
+        self.ref_forward = (ScoredForward(ref, ref, self.temperature, packed=update.packing, chunk=update.logit_chunk,
+                                          share_prefix=update.share_prefix) if ref is not None else None)
         self.mixing = mixing  # GEAR's learned mixing of advantage granularities + EMA self-distillation
-        self.epochs, self.mini_batches, self.old_mode = epochs, mini_batches, old_logprobs
         self.seed, self.calls = seed, 0
 
-    def update(self, trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray]) -> dict[str, Any]:
+    def update(self, trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray]) -> UpdateStats:
         """`epochs × mini_batches` optimizer steps over this rank's trajectories. Every rank runs the same
         number of forwards in every step (padding with empty micro-batches), because ZeRO's collectives need
         every rank in every forward/backward."""
         self.calls += 1
         pairs = [(t, a) for t, a in zip(trajs, advantages, strict=True) if t.num_policy_tokens > 0]
         trajs, advantages = [p[0] for p in pairs], [p[1] for p in pairs]
-        one_step = self.epochs * self.mini_batches == 1
-        recompute = self.old_mode == "recompute" and not (one_step and self.loss.rollout_is == "none")
+        one_step = self.cfg.epochs * self.cfg.mini_batches == 1
+        recompute = self.cfg.old_logprobs == "recompute" and not (one_step and self.loss.rollout_is == "none")
         old = self._recompute(trajs) if recompute else None
         tally = _Tally()
         rng = np.random.default_rng(self.seed * 1_000_003 + self.calls)
-        for epoch in range(self.epochs):
+        for epoch in range(self.cfg.epochs):
             order = rng.permutation(len(trajs))
-            for part, idx in enumerate(np.array_split(order, self.mini_batches)):
+            for part, idx in enumerate(np.array_split(order, self.cfg.mini_batches)):
                 # Every token is measured once, in the first epoch; without a recompute only the first
                 # step's forward runs the pre-update policy, so it alone measures the engine–trainer mismatch.
                 first_pass = epoch == 0
                 self._optimizer_step([trajs[i] for i in idx], [advantages[i] for i in idx],
                                      [old[i] for i in idx] if old is not None else None, tally, first_pass,
                                      first_pass and (old is not None or part == 0))
-        steps = len(tally.grad_norms)
-        if steps == 0:
-            return {"skipped": 1}
-        mix = tally.stats.pop("mix_weights")
-        out: dict[str, Any] = {k: torch.cat(v).tolist() if v else [] for k, v in tally.stats.items()}
-        if mix:
-            out["mix_weights"] = torch.cat(mix).mean(0).tolist()
-        out.update({f"loss/{k}": v / steps for k, v in tally.losses.items()})
-        out["group_ess"] = [group_ess(v) for v in tally.seq_log_w.values()]
-        out.update(grad_norm=float(np.mean(tally.grad_norms)), optimizer_steps=steps,
-                   train_tokens=sum(len(t.token_ids()) for t in trajs) * self.epochs)
-        return out
+        return tally.result(sum(len(t.token_ids()) for t in trajs) * self.cfg.epochs)
 
     # -- π_old --------------------------------------------------------------------------------------
     @torch.no_grad()
     def _recompute(self, trajs: Sequence[Trajectory]) -> list[torch.Tensor]:
         """The pre-update policy's logprobs of every trajectory (aligned with its token ids, 0 off the mask)."""
         zeros = [np.zeros(t.num_policy_tokens) for t in trajs]
-        batches = micro_batches(trajs, zeros, self.pad_id, self.micro_batch_tokens,
+        batches = micro_batches(trajs, zeros, self.pad_id, self.cfg.micro_batch_tokens,
                                 packed=self.policy.uses_packing(), share=self.policy.shares_prefix())
         out: list[torch.Tensor | None] = [None] * len(trajs)
         dev = device()
@@ -141,7 +207,7 @@ class PolicyUpdater:
         """Forward/backward of every micro-batch of this mini-batch, then one optimizer step (none where no
         rank has a policy token)."""
         lc = self.loss
-        batches = (micro_batches(trajs, advantages, self.pad_id, self.micro_batch_tokens, old,
+        batches = (micro_batches(trajs, advantages, self.pad_id, self.cfg.micro_batch_tokens, old,
                                  packed=self.policy.uses_packing(), share=self.policy.shares_prefix()) if trajs else [])
         weights = []
         for k, b in enumerate(batches):
@@ -172,7 +238,7 @@ class PolicyUpdater:
             scored = self.policy(b.input_ids, b.attention_mask, b.loss_mask)
             logp, ent = scored.logprobs(b.input_ids, b.loss_mask, with_entropy=True)
             ref = self._ref_logprobs(b) if self.ref_forward is not None else None
-            old_logp = b.old_logprobs if old is not None or self.old_mode == "rollout" else logp.detach()
+            old_logp = b.old_logprobs if old is not None or self.cfg.old_logprobs == "rollout" else logp.detach()
             adv, extra = b.advantages, None
             if self.mixing is not None:
                 k = self.mixing.cfg.granularities
@@ -181,7 +247,7 @@ class PolicyUpdater:
                 adv, extra = mix.advantage, mix.per_token
                 if first_pass:
                     m = b.loss_mask.bool()
-                    tally.add("mix_weights", mix.weights[m])
+                    tally.add("mix", mix.weights[m])
                     tally.add("mixed_adv", adv[m])
             terms, stats = policy_loss(lc, logp, old_logp, adv, b.loss_mask, ref, ent,
                                        iw.weight.to(dev) if iw is not None else None)

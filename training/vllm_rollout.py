@@ -30,6 +30,7 @@ import torch
 from sleuth.agents.openai_http import OpenAICompletionsPolicy
 from sleuth.agents.routing import RoutedPolicy
 from sleuth.net import RetriesExhausted, free_port, send_with_retries, wait_healthy
+from sleuth.training.config import RolloutConfig
 from sleuth.training.engine import DIST_VARS, full_state_dict
 from sleuth.training.rollout import RolloutServerError, WeightSyncError, probe_logits
 
@@ -38,11 +39,13 @@ RETRIES, BACKOFF_S = 3, 0.5  # per request to a server: about 2 s of waiting in 
 
 
 class VLLMRollout:
-    def __init__(self, cfg: Any, model_path: str, probe_ids: list[int], start_timeout_s: float = 600.0):
+    """Servers as `rollout:` asks for them; a sync is verified within `tolerance` (top-5 logprobs of the probe)."""
+
+    def __init__(self, rc: RolloutConfig, model_path: str, probe_ids: list[int], tolerance: float,
+                 start_timeout_s: float = 600.0):
         from transformers import AutoTokenizer
 
-        rc = cfg.rollout
-        self.probe_ids, self.tolerance = probe_ids, cfg.update.sync_tolerance_vllm
+        self.probe_ids, self.tolerance = probe_ids, tolerance
         self.procs: list[subprocess.Popen] = []
         self.http = httpx.Client(timeout=600)
         self.model_path = model_path

@@ -21,12 +21,11 @@ def check_rollout(rep: Report, st: State) -> None:
         from sleuth.agents.chat import ChatRenderer
         from sleuth.agents.policy import SamplingParams
         from sleuth.agents.trajectory import Trajectory, Turn
-        from sleuth.training.config import UpdateConfig
         from sleuth.training.engine import EngineConfig, build_engine
         from sleuth.training.losses import LossConfig
         from sleuth.training.rollout import TransformersRollout, probe_logits
-        from sleuth.training.trainer import PROBE
-        from sleuth.training.update import PolicyUpdater
+        from sleuth.training.run import PROBE
+        from sleuth.training.update import PolicyUpdater, UpdateConfig
 
         sz = st.sz
         tol = UpdateConfig().sync_tolerance
@@ -76,13 +75,13 @@ def check_rollout(rep: Report, st: State) -> None:
                                     group="g")
                          for i, (r, g) in enumerate(zip(reqs, gens, strict=False))]
                 advs = [np.full(t.num_policy_tokens, 1.0 if i % 2 == 0 else -1.0) for i, t in enumerate(trajs)]
-                upd = PolicyUpdater(engine, LossConfig(), pad_id=0, micro_batch_tokens=sz["micro_tokens"])
+                upd = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=sz["micro_tokens"]), LossConfig(), pad_id=0)
                 _sync()
                 t = time.perf_counter()
                 stats = upd.update(trajs, advs)
                 _sync()
                 c.figures["update_on_rollouts_s"] = round(time.perf_counter() - t, 3)
-                mm = np.asarray(stats["mismatch"])
+                mm = np.asarray(stats.mismatch)
                 c.figures["engine_trainer_logprob_mismatch_mean"] = float(mm.mean()) if mm.size else float("nan")
                 c.figures["engine_trainer_logprob_mismatch_p99"] = (float(np.percentile(mm, 99)) if mm.size
                                                                      else float("nan"))

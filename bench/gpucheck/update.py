@@ -36,7 +36,7 @@ def check_update(rep: Report, st: State) -> None:
         from sleuth.training.batch import micro_batches
         from sleuth.training.engine import EngineConfig, build_engine
         from sleuth.training.losses import LossConfig, denominator, policy_loss, token_logprobs
-        from sleuth.training.update import PolicyUpdater
+        from sleuth.training.update import PolicyUpdater, UpdateConfig
 
         sz = st.sz
         d = dev()
@@ -86,13 +86,12 @@ def check_update(rep: Report, st: State) -> None:
             model = AutoModelForCausalLM.from_pretrained(st.big_dir, dtype=model_dtype()).to(d)
             model.config.use_cache = False
             engine = build_engine(model, EngineConfig(zero_stage=stage, lr=sz["lr"]))
-            upd = PolicyUpdater(engine, lc, pad_id=0, micro_batch_tokens=mbt)
+            upd = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=mbt), lc, pad_id=0)
 
             def step() -> dict[str, float]:
                 s = upd.update(trajs, advs)
-                loss = sum(s.get(f"loss/{k}", 0.0) for k in ("policy", "kl", "entropy", "mix")) if "skipped" not in s \
-                    else float("nan")
-                return {"loss": loss, "grad_norm": s.get("grad_norm", float("nan")),
+                loss = s.loss_policy + s.loss_kl + s.loss_entropy + s.loss_mix if s.optimizer_steps else float("nan")
+                return {"loss": loss, "grad_norm": s.grad_norm,
                         "train_tokens": s.get("train_tokens", 0)}
 
             return engine.module, step, False, engine

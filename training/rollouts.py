@@ -1,0 +1,31 @@
+"""The rollout engine a config asks for: in this process (transformers), vLLM servers, or Ray rollout
+workers. It lives apart from the engines' shared protocol (`training.rollout`) so that it can import every
+engine without an engine importing it back."""
+
+from __future__ import annotations
+
+import torch
+
+from sleuth.training.cluster import ClusterConfig
+from sleuth.training.config import RolloutConfig
+from sleuth.training.rollout import RolloutEngine, TransformersRollout
+from sleuth.training.update import UpdateConfig
+
+
+def make_rollout(rollout: RolloutConfig, cluster: ClusterConfig, update: UpdateConfig, model_path: str,
+                 dtype: torch.dtype, probe_ids: list[int], world: int = 1) -> RolloutEngine:
+    """`rollout.engine` under `cluster.backend`, its syncs checked within `update.sync_tolerance` (or
+    `update.sync_tolerance_vllm`: other kernels compute the same weights' logprobs a little apart); `world`
+    training ranks share the cluster."""
+    from sleuth.training.engine import device
+
+    if rollout.engine == "vllm":
+        from sleuth.training.vllm_rollout import VLLMRollout
+
+        return VLLMRollout(rollout, model_path, probe_ids, update.sync_tolerance_vllm)
+    if cluster.backend == "ray":
+        from sleuth.training.ray_rollout import RayRollout
+
+        return RayRollout(rollout, cluster, model_path, dtype, probe_ids, update.sync_tolerance, world)
+    return TransformersRollout(model_path, str(device()), dtype, probe_ids, update.sync_tolerance,
+                               max_batch=rollout.concurrency, kv_keep_mb=rollout.kv_keep_mb)
