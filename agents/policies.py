@@ -22,8 +22,18 @@ SCRIPTED_POLICIES.register("noop", "sleuth.agents.scripted:Noop", "sleuth")
 
 
 def load_tokenizer(model: str = EMBEDDED) -> Any:
-    from transformers import AutoTokenizer
+    """`model`'s tokenizer; where transformers is not installed (the core install) the model-less
+    `ByteChatTokenizer`, with which a scripted policy's episodes score the same."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        import sys
 
+        from sleuth.agents.byte_chat import ByteChatTokenizer
+
+        print("transformers is not installed: scripted policies render with a byte-level ChatML tokenizer "
+              "(the same scores; token counts are bytes)", file=sys.stderr)
+        return ByteChatTokenizer()
     return AutoTokenizer.from_pretrained(resolve_model(model))
 
 

@@ -102,3 +102,41 @@ def test_the_policy_protocol_imports_no_policy():
     tree = ast.parse((ROOT / "agents" / "policy.py").read_text(encoding="utf-8"))
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert not {m for m in imported if m.startswith("sleuth.agents")}, imported
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """sleuth's modules → the modules of sleuth each imports, at the top or inside functions."""
+    mods = {}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        if _part(path) in ALLOWED and "vllm_ext" not in rel.parts:
+            mods[".".join(("sleuth", *rel.with_suffix("").parts)).removesuffix(".__init__")] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+        graph[name] = {m for m in found if m in mods and m != name}
+    return graph
+
+
+def test_no_module_imports_itself_back_through_others():
+    """No import circle between modules (a factory beside its protocol, importing the implementations that
+    import the protocol, is the usual one): every module can be read before the ones that import it."""
+    graph, done, circles = _module_graph(), set(), []
+
+    def visit(name: str, path: list[str]) -> None:
+        for nxt in sorted(graph[name]):
+            if nxt in path:
+                circles.append(" → ".join(path[path.index(nxt):] + [nxt]))
+            elif nxt not in done:
+                visit(nxt, [*path, nxt])
+        done.add(name)
+
+    for name in sorted(graph):
+        if name not in done:
+            visit(name, [name])
+    assert not circles, circles[:5]

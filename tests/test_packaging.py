@@ -66,7 +66,7 @@ print("core ok")
 
 
 @pytest.mark.slow
-def test_a_core_install_scores_records_without_torch(wheel, tmp_path):
+def test_a_core_install_scores_records_without_torch(wheel, tmp_path, data_dir):
     """A fresh venv, `pip install <wheel>` with no extras (its dependencies from the configured index)."""
     whl, _ = wheel
     venv = tmp_path / "core"
@@ -79,5 +79,26 @@ def test_a_core_install_scores_records_without_torch(wheel, tmp_path):
         res = subprocess.run([py, "-c", CORE_CHECK], capture_output=True, text=True, timeout=300, cwd=tmp_path,
                              env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SLEUTH_DATA")})
         assert res.returncode == 0 and "core ok" in res.stdout, res.stdout[-2000:] + res.stderr[-3000:]
+        # the scripted baselines evaluate on DocRead with nothing else installed, and on Search with BM25
+        assert "oracle-json | 5 | 1.000" in core_eval(venv, data_dir, tmp_path, "DocRead-v0")
+        res = subprocess.run([py, "-m", "pip", "install", "-q", "--no-cache-dir", f"{whl}[bm25]"],
+                             capture_output=True, text=True, timeout=900)
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert "oracle-json | 5 | 1.000" in core_eval(venv, data_dir, tmp_path, "Search-v0")
     finally:
         shutil.rmtree(venv, ignore_errors=True)  # ~0.4 GB: CI machines run short of disk, not time
+
+
+def core_eval(venv: Path, data_dir: Path, tmp_path: Path, env: str) -> str:
+    """`sleuth eval --policy oracle,lexical` on 5 HotpotQA dev questions in `venv`; its comparison table."""
+    out = tmp_path / f"eval-{env}"
+    res = subprocess.run([str(venv / "bin" / "sleuth"), "eval", "--env", env, "--policy", "oracle,lexical",
+                          "--tasks", "hotpotqa:dev", "--limit", "5", "--out", str(out)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                         env={**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+                              "SLEUTH_DATA": str(data_dir)})
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert "byte-level ChatML tokenizer" in res.stderr  # no transformers here: the model-less tokenizer
+    table = (out / "comparison.md").read_text()
+    assert "lexical-json | 5 |" in table, table
+    return table
