@@ -203,3 +203,17 @@ def test_sft_cli_oracle_warm_start_exports_and_resumes(tiny_model_dir, tmp_path)
 def test_bad_sft_configs_are_named(over, message):
     with pytest.raises(ConfigError, match=message):
         load_sft_config(overrides=over)
+
+
+def test_the_demonstrator_is_any_registered_scripted_policy():
+    """The names come from the scripted-policy registry: a typo gets "did you mean", a plugin's policy is taken."""
+    from sleuth.agents.policies import SCRIPTED_POLICIES
+
+    with pytest.raises(ConfigError, match="did you mean 'oracle-title'"):
+        load_sft_config(overrides={"data.demonstrator": "oracle-titel"})
+    SCRIPTED_POLICIES.register("test-demonstrator", "sleuth.agents.scripted:Oracle")
+    try:
+        assert load_sft_config(overrides={"data.demonstrator": "test-demonstrator"}).data.demonstrator == \
+            "test-demonstrator"
+    finally:
+        SCRIPTED_POLICIES.unregister("test-demonstrator")

@@ -41,14 +41,12 @@ from sleuth.training.sft_data import (
 )
 from sleuth.training.update import all_max, all_sum
 
-DEMONSTRATORS = ("oracle", "oracle-title", "oracle-lexical")
-
 
 @dataclass
 class SFTDataConfig:
     source: str = "oracle"  # oracle | rejection | trajectories | chat (see training.sft_data)
-    # source oracle: the scripted oracle (reads by number), oracle-title (the gold by title) or oracle-lexical
-    # (reads as the lexical baseline, answers the gold)
+    # source oracle: a scripted policy (`SCRIPTED_POLICIES`): oracle (reads by number), oracle-title (the gold
+    # by title), oracle-lexical (reads as the lexical baseline, answers the gold), or a plugin's
     demonstrator: str = "oracle"
     tasks: str = "hotpotqa:train"  # the tasks episodes run on; its source's test split is always held out
     task_limit: int | None = None
@@ -73,8 +71,10 @@ class SFTDataConfig:
         if self.rounds > 1 and self.source != "rejection":
             raise ValueError(f"data.rounds > 1 re-samples from the policy: only source rejection has rounds, "
                              f"not {self.source}")
-        if self.demonstrator not in DEMONSTRATORS:
-            raise ValueError(f"data.demonstrator must be one of {', '.join(DEMONSTRATORS)}; got {self.demonstrator!r}")
+        from sleuth.agents.policies import SCRIPTED_POLICIES
+
+        if self.demonstrator not in SCRIPTED_POLICIES:  # any scripted policy; data.min_score keeps what scored
+            SCRIPTED_POLICIES.get(self.demonstrator)  # the "did you mean" error, naming every scripted policy
         if not self.temperature > 0:
             raise ValueError(f"data.temperature must be > 0 for sampling, got {self.temperature}")
 
