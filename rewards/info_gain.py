@@ -173,8 +173,9 @@ class InfoGain(Estimator):
             if text is None or read is None:
                 continue
             if read.answer is None:
-                raise ValueError(f"info_gain variant 'answer' needs read events that say whether their document "
-                                 f"holds the answer (ReadEvent.answer); {traj.env_id} reported none on task {task.id!r}")
+                raise ValueError(f"info_gain variant 'answer' needs read events that say whether their "
+                                 f"document holds the answer (ReadEvent.answer); {traj.env_id} reported none "
+                                 f"on task {task.id!r}")
             if read.answer:
                 rewards[turn] = 1.0
                 break
