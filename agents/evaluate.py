@@ -72,6 +72,9 @@ def episode_metrics(t: Trajectory, *segments: Trajectory) -> dict[str, float]:
     if reads:
         m.update(reads=float(len(reads)), gold_reads=float(sum(bool(r.gold) for r in reads)),
                  rereads=float(sum(r.reread for r in reads)))
+    known = [r.answer for r in reads if r.shown and r.answer is not None]
+    if known:  # defined where a shown document could hold the answer as a span (not for yes/no answers)
+        m["answer_read"] = float(any(known))
     m.update(
         turns=float(len(turns)),
         tool_errors=float(sum(turn.error is not None for turn in turns)),
@@ -85,7 +88,10 @@ def episode_metrics(t: Trajectory, *segments: Trajectory) -> dict[str, float]:
 
 def summarise(trajs: Sequence[Trajectory], wall_time_s: float, meta: dict[str, Any]) -> dict[str, Any]:
     """Means over the episodes that ran (`n`, episodes: an agent episode's segments count once); failed
-    episodes (`Trajectory.failed`: no answer) are counted apart in `n_failed` and score nothing. Two tool-call
+    episodes (`Trajectory.failed`: no answer) are counted apart in `n_failed` and score nothing. Where reads
+    report whether they held the answer, `answer_read_rate` is the share of the episodes that read anything
+    whose shown documents held it, and `score_when_answer_read` their mean score: reading and extracting the
+    answer, apart. Two tool-call
     error rates, because they answer different questions: `tool_error_rate_turns` pools every turn of the run
     (invalid calls / turns), and `tool_error_rate_episodes` averages each episode's own share (what
     `sleuth compare` pairs by task). Agent runs add their calls, segments and splits per episode."""
@@ -102,10 +108,15 @@ def summarise(trajs: Sequence[Trajectory], wall_time_s: float, meta: dict[str, A
     summary: dict[str, Any] = {**meta, "n": n, "n_failed": len(groups) - n,
                                "n_prompt_too_long": sum(g[0].stop_reason == "prompt_too_long" for g in ok_groups)}
     skip = {"reads", "gold_reads", "rereads", "turns", "tool_errors", "answered", "policy_tokens", "total_tokens",
-            "tool_error_share"}
+            "tool_error_share", "answer_read"}
     summary.update({k: mean(k) for k in keys if k not in skip})
     if any(turn.read for t in ok for turn in t.turns) or meta.get("env", "").endswith("DocRead-v0"):
         summary.update(mean_reads=mean("reads"), mean_gold_reads=mean("gold_reads"), mean_rereads=mean("rereads"))
+    known = [r for r in rows if "answer_read" in r]
+    if known:
+        held = [r["score"] for r in known if r["answer_read"]]
+        summary.update(answer_read_rate=round(sum(r["answer_read"] for r in known) / len(known), 4),
+                       score_when_answer_read=round(sum(held) / len(held), 4) if held else 0.0)
     turns = sum(r["turns"] for r in rows)
     summary.update(
         mean_turns=mean("turns"),

@@ -9,8 +9,8 @@ from typing import Any
 from sleuth.agents.trajectory import Trajectory
 
 _RATES = ("em", "f1", "support_recall", "all_passed", "score", "answered_rate")
-_COLUMNS = ("n", "score", "em", "f1", "support_recall", "mean_reads", "all_passed", "passed", "answered_rate",
-            "tool_error_rate_turns", "n_failed", "policy_tokens", "wall_time_s")
+_COLUMNS = ("n", "score", "em", "f1", "support_recall", "answer_read_rate", "mean_reads", "all_passed", "passed",
+            "answered_rate", "tool_error_rate_turns", "n_failed", "policy_tokens", "wall_time_s")
 
 
 def columns(summaries: Sequence[dict[str, Any]]) -> list[str]:

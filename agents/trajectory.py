@@ -22,12 +22,13 @@ class ReadEvent:
     reread: bool = False
     turn: int = 0
     shown: bool = True  # False: the episode ended on this turn, so the policy never saw the document
+    answer: bool | None = None  # the document holds the task's answer; None: unknown, or no answer is a span
 
     @classmethod
     def from_info(cls, read: dict[str, Any]) -> ReadEvent:
         if "doc" not in read:
             raise ValueError(f"a read event needs a 'doc'; got {read!r}")
-        known = {k: read[k] for k in ("doc", "title", "gold", "reread", "turn", "shown") if k in read}
+        known = {k: read[k] for k in ("doc", "title", "gold", "reread", "turn", "shown", "answer") if k in read}
         return cls(**known)
 
 

@@ -65,8 +65,9 @@ VARIANTS: dict[str, list[str]] = {
     "gigpo": ["algorithm.estimator=gigpo"],
     **{f"info_gain/{v}": ["algorithm.estimator=info_gain", f"algorithm.estimator_args={{variant: {v}}}"]
        for v in ("gold_prob", "gold_logprob", "entropy", "kl")},
-    "info_gain/support": ["algorithm.estimator=info_gain",
-                          "algorithm.estimator_args={variant: support, step_baseline: turn_index}"],
+    **{f"info_gain/{v}": ["algorithm.estimator=info_gain",
+                          f"algorithm.estimator_args={{variant: {v}, step_baseline: turn_index}}"]
+       for v in ("support", "answer")},
     "cw_grpo": ["algorithm.estimator=cw_grpo"],
     "cw_grpo_adv": ["algorithm.estimator=cw_grpo_adv", "algorithm.estimator_args={step_reward: {variant: gold_prob}}"],
     "gear_mix": ["algorithm.estimator=gear_mix",

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# The per-question values: the verifier's numbers, then the episode's share of invalid tool calls and whether
-# it ended by answering.
-METRICS = [("em", "EM"), ("f1", "F1"), ("support_recall", "support recall"),
+# The per-question values: the verifier's numbers, whether a document the episode read held the answer, then
+# the episode's share of invalid tool calls and whether it ended by answering.
+METRICS = [("em", "EM"), ("f1", "F1"), ("support_recall", "support recall"), ("answer_read", "answer read"),
            ("tool_error_share", "tool-call error rate"), ("answered", "answered")]
 BASELINE = "grpo"
 WARM = "warm start (no RL)"

@@ -50,7 +50,7 @@ class DocReadEnv(QAEnv):
         index = self._resolve(doc)
         title = self.docs[index].title
         record = {"turn": self.turn, "doc": index, "title": title, "gold": title in self.gold,
-                  "reread": index in self._read_docs}
+                  "reread": index in self._read_docs, "answer": self.holds_answer(self.docs[index].text)}
         self.reads.append(record)
         self._read_docs.add(index)
         self._last_read = record

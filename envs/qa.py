@@ -7,7 +7,7 @@ from typing import Any
 
 from sleuth.envs.base import ToolEnv
 from sleuth.envs.tools import tool
-from sleuth.verifiers.qa import QAVerifier
+from sleuth.verifiers.qa import QAVerifier, answer_in_text, gold_answers
 
 
 class QAEnv(ToolEnv):
@@ -17,6 +17,11 @@ class QAEnv(ToolEnv):
 
     def default_verifier(self) -> QAVerifier:
         return QAVerifier(self.metric)
+
+    def holds_answer(self, text: str) -> bool | None:
+        """Whether a document shown to the policy holds the task's answer (a read event's `answer`): with
+        support recall, it tells a reader that never saw the answer from one that saw it and did not use it."""
+        return answer_in_text(text, gold_answers(self.task)) if self.task is not None else None
 
     @tool(final=True)
     def answer(self, text: str) -> str:

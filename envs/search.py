@@ -141,7 +141,8 @@ class SearchEnv(QAEnv):
         self.opened.append(event)
         # also a read event (`Turn.read`), as DocRead's `read` reports: what the step-reward estimators
         # (info_gain, cw_grpo's rule judge) score
-        read = {"turn": self.turn, "doc": key, "title": doc.title, "gold": event["gold"], "reread": event["reopen"]}
+        read = {"turn": self.turn, "doc": key, "title": doc.title, "gold": event["gold"], "reread": event["reopen"],
+                "answer": self.holds_answer(doc.text)}
         self._event = {"open": event, "read": read}
         return f"[{doc.id}] {doc.title}\n{doc.text}"
 

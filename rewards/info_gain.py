@@ -15,6 +15,11 @@ the step reward of the turn that made read t is a gain g_t = v(c_t) − v(c_{t�
   a new gold read gains 1/|gold| and any other read 0. No reader: the training split's own labels measure
   the information, at no model cost, exactly where labels exist (a 135M reader hardly tells a useful
   paragraph from a distractor).
+- `answer`: v(c) = 1 if a document in c holds the task's answer as a span (the env's `ReadEvent.answer`),
+  else 0, so the first new read that shows the answer gains 1 and every other read 0. No reader and no
+  supporting-document labels: the answer the outcome is scored against is the label, so it applies to any
+  QA task with span answers; a bridge question's first hop gains nothing, its second hop (the document
+  holding the answer) gains 1. A yes/no answer is never a span: those tasks get only the outcome term.
 
 A re-read, a failed read or a read the policy never saw (the episode ended on it: `ReadEvent.shown`) adds
 no document: c_t = c_{t−1}, so its gain is 0; other turns get 0. A
@@ -53,8 +58,10 @@ from sleuth.rewards.base import (
 )
 from sleuth.rewards.group import GroupOutcome
 from sleuth.tasks.qa import qa_docs
+from sleuth.verifiers.qa import answer_spans, gold_answers
 
-VARIANTS = ("gold_prob", "gold_logprob", "entropy", "kl", "support")
+VARIANTS = ("gold_prob", "gold_logprob", "entropy", "kl", "support", "answer")
+LABEL_VARIANTS = ("support", "answer")  # measured by the task's labels: no reader model
 BASELINES = ("pooled", "turn_index")
 
 
@@ -81,7 +88,7 @@ class InfoGain(Estimator):
         if step_baseline not in BASELINES:
             raise ValueError(f"info_gain step_baseline must be one of {', '.join(BASELINES)}; got {step_baseline!r}")
         self.step_baseline = step_baseline
-        if variant == "support":
+        if variant in LABEL_VARIANTS:
             reader = None  # the labels are the measure: no model to load
         elif isinstance(reader, str):
             from sleuth.rewards.reader import Reader
@@ -114,6 +121,8 @@ class InfoGain(Estimator):
         """One reward per turn of each trajectory (the gain on read turns, 0 elsewhere)."""
         if self.variant == "support":
             return [self._support_rewards(traj, tasks[traj.task_id]) for traj in trajs]
+        if self.variant == "answer":
+            return [self._answer_rewards(traj, tasks[traj.task_id]) for traj in trajs]
         plans = []
         pairs: list[tuple[str, str]] = []
         for traj in trajs:
@@ -152,6 +161,24 @@ class InfoGain(Estimator):
             read = traj.turns[turn].read
             if text is not None and read is not None and read.title in gold:
                 rewards[turn] = 1.0 / len(gold)
+        return rewards
+
+    @staticmethod
+    def _answer_rewards(traj: Trajectory, task: Any) -> list[float]:
+        rewards = [0.0] * len(traj.turns)
+        if not answer_spans(gold_answers(task)):
+            return rewards  # yes / no: no document can hold it
+        for turn, text in read_documents(traj):
+            read = traj.turns[turn].read
+            if text is None or read is None:
+                continue
+            if read.answer is None:
+                raise ValueError(f"info_gain variant 'answer' needs read events that say whether their "
+                                 f"document holds the answer (ReadEvent.answer); {traj.env_id} reported none "
+                                 f"on task {task.id!r}")
+            if read.answer:
+                rewards[turn] = 1.0
+                break
         return rewards
 
     def _candidates(self, task: Any) -> list[str]:

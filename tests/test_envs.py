@@ -45,12 +45,23 @@ def test_reset_info_carries_messages_and_tool_schemas(hotpot_tasks):
 def test_reads_are_recorded_with_gold_and_reread(env):
     obs, r, term, trunc, info = env.step(call("read", doc=7))
     assert obs.startswith("[7] Harvey Pekar\nHarvey Lawrence Pekar") and "(2 reads left)" in obs
-    assert info["read"] == {"turn": 1, "doc": 7, "title": "Harvey Pekar", "gold": True, "reread": False}
+    assert info["read"] == {"turn": 1, "doc": 7, "title": "Harvey Pekar", "gold": True, "reread": False,
+                            "answer": False}
     assert info["messages"] == [{"role": "tool", "content": obs}]
     _, _, _, _, info = env.step(call("read", doc="Harvey Pekar"))  # by title, a re-read
     assert info["read"]["reread"] and info["read"]["doc"] == 7
     _, _, _, _, info = env.step(call("read", doc=0))
     assert info["read"]["gold"] is False
+
+
+def test_a_read_says_whether_its_document_holds_the_answer(env, hotpot_tasks):
+    assert env.unwrapped.task.answer == "Denise Levertov"
+    _, _, _, _, info = env.step(call("read", doc=4))  # "Priscilla Denise Levertov (...) was an American poet."
+    assert info["read"]["answer"] is True and info["read"]["gold"] is True
+    yes_no = next(t for t in hotpot_tasks if t.answer in ("yes", "no"))
+    env.reset(options={"task": yes_no})
+    _, _, _, _, info = env.step(call("read", doc=0))
+    assert info["read"]["answer"] is None  # a yes/no answer is never a span of a document
 
 
 def test_answer_scores_f1_and_support_recall(env):

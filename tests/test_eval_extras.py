@@ -136,3 +136,28 @@ def test_other_commands_refuse_bad_numbers_too(argv, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2 and "must be ≥" in capsys.readouterr().err
+
+
+def test_answer_read_splits_reading_from_extracting_by_hand():
+    from sleuth.agents.evaluate import summarise
+    from sleuth.agents.trajectory import ReadEvent, Turn
+
+    def episode(task_id, f1, *answers):
+        turns = [Turn([1], [0.0], "read", read=ReadEvent(i, answer=a, shown=shown))
+                 for i, (a, shown) in enumerate(answers)]
+        return Trajectory(task_id, "env", [], turns=turns, verdict=Verdict(f1, {"f1": f1}), terminated=True)
+
+    trajs = [episode("a", 1.0, (False, True), (True, True)),  # read the answer, used it
+             episode("b", 0.5, (True, True)),  # read it, half used it
+             episode("c", 0.0, (False, True), (True, False)),  # the answer's document came too late to be seen
+             episode("d", 1.0, (None, True)),  # a yes/no question: undefined, left out of both numbers
+             episode("e", 0.0)]  # read nothing: undefined
+    s = summarise(trajs, 1.0, {})
+    assert s["answer_read_rate"] == pytest.approx(2 / 3, abs=1e-4)  # a and b of a, b, c
+    assert s["score_when_answer_read"] == pytest.approx(0.75)  # (1.0 + 0.5) / 2
+    assert "answer_read" not in s  # the per-episode flag is not averaged over every episode as well
+    b = [episode("a", 1.0, (False, True)), episode("b", 0.5, (True, True)), episode("d", 1.0, (None, True))]
+    from sleuth.agents.compare import per_task
+
+    assert per_task(b)["a"]["answer_read"] == 0.0 and per_task(b)["b"]["answer_read"] == 1.0
+    assert "answer_read" not in per_task(b)["d"]

@@ -171,3 +171,42 @@ def test_turn_index_baseline_compares_returns_to_go_at_the_same_turn_by_hand():
     assert pooled[0][0] < pooled[1][0]
     with pytest.raises(ValueError, match="step_baseline"):
         InfoGain("support", step_baseline="per_turn")
+
+
+def test_answer_variant_pays_the_first_read_that_shows_the_answer_by_hand():
+    def reads(*docs):  # (doc, reread, holds the answer) → a trajectory of reads, then the answer
+        turns = [turn({"doc": d, "reread": rr, "answer": held}, obs=f"D{d}") for d, rr, held in docs] + [turn()]
+        return Trajectory("q", "DocRead-v0", [1], turns=turns, reward=0.0, group="q")
+
+    est = InfoGain("answer", reader="no-such-model", step_baseline="turn_index")  # no reader is loaded
+    assert est.reader is None
+    # a: a first hop without the answer, then the answer's document, then it again (a re-read gains nothing);
+    # b: the answer's document at once, then another that also holds it (only the first one pays)
+    a, b = reads((0, False, False), (2, False, True), (2, True, True)), reads((2, False, True), (3, False, True))
+    assert est.step_rewards([a, b], {"q": TASK}) == [[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+    # returns-to-go a (1, 1, 0, 0), b (1, 0, 0): turn 0 ties (0), turn 1 (1 vs 0) → ±1, turns 2-3 → 0
+    adv = est([a, b], {"q": TASK}).values
+    assert adv[0].tolist() == pytest.approx(np.repeat([0.0, 1.0, 0.0, 0.0], 2).tolist(), abs=1e-5)
+    assert adv[1].tolist() == pytest.approx(np.repeat([0.0, -1.0, 0.0], 2).tolist(), abs=1e-5)
+    yes = Task("y", "is it?", "yes", payload=TASK.payload)
+    assert est.step_rewards([reads((2, False, None))], {"q": yes}) == [[0.0, 0.0]]  # yes / no: outcome only
+    with pytest.raises(ValueError, match="ReadEvent.answer"):  # an env that does not say: refused, not zero
+        est.step_rewards([reads((2, False, None))], {"q": TASK})
+
+
+def test_answer_variant_scores_real_docread_episodes_read_back_from_disk(tmp_path):
+    """The env marks each read (`ReadEvent.answer`), the flag survives the trajectories file, and the gain
+    lands on the oracle's read of the document that holds the answer."""
+    from sleuth.agents.evaluate import load_trajectories
+    from sleuth.cli import main
+    from sleuth.tasks.holdout import load_held_out
+
+    assert main(["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--limit", "6", "--out", str(tmp_path)]) == 0
+    trajs = load_trajectories(tmp_path / "trajectories.jsonl")
+    tasks = {t.id: t for t in load_held_out(["hotpotqa:test"])}
+    rewards = InfoGain("answer").step_rewards(trajs, tasks)
+    for traj, r in zip(trajs, rewards, strict=True):
+        flags = [turn.read.answer for turn in traj.turns if turn.read]
+        first = next((i for i, turn in enumerate(traj.turns) if turn.read and turn.read.answer), None)
+        assert r == [1.0 if i == first else 0.0 for i in range(len(traj.turns))], (traj.task_id, flags)
+    assert sum(map(sum, rewards)) >= 3  # most oracle episodes read the answer's document

@@ -5,6 +5,7 @@ import pytest
 
 from sleuth.tasks import Task
 from sleuth.verifiers import QAVerifier, exact_match, normalize_answer, support_recall, token_f1
+from sleuth.verifiers.qa import answer_in_text
 
 
 @pytest.mark.parametrize(
@@ -30,6 +31,22 @@ def test_em_f1_against_hand_computed_values(pred, gold, em, f1):
 def test_normalisation_matches_official_rules():
     assert normalize_answer("  The  Quick, brown fox's  ") == "quick brown foxs"
     assert normalize_answer("A") == ""
+
+
+@pytest.mark.parametrize(
+    "text, answers, held",
+    [
+        ("Priscilla Denise Levertov (1923) was an American poet.", ["Denise Levertov"], True),
+        ("THE EIFFEL-TOWER, in Paris", ["Eiffel Tower"], False),  # "eiffeltower": punctuation joins the words
+        ("the Eiffel Tower, in Paris", ["The Eiffel Tower"], True),  # articles, case, punctuation as in EM
+        ("a Parisian café", ["Paris"], False),  # whole tokens only
+        ("born in the USA", ["United States", "USA"], True),  # any accepted answer
+        ("yes, no and no answer", ["yes"], None),  # yes / no is never a span
+        ("anything", ["no", ""], None),
+    ],
+)
+def test_answer_in_text_matches_whole_normalised_tokens(text, answers, held):
+    assert answer_in_text(text, answers) is held
 
 
 def test_verifier_takes_best_alias_and_reports_recall():

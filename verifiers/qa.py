@@ -41,6 +41,21 @@ def token_f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def answer_spans(answers: Sequence[str]) -> list[str]:
+    """The normalised answers a document could hold as a span: not yes / no / noanswer, not empty."""
+    return [a for a in map(normalize_answer, answers) if a and a not in _YES_NO]
+
+
+def answer_in_text(text: str, answers: Sequence[str]) -> bool | None:
+    """Whether `text` holds one of `answers` as whole normalised tokens: the answer was in front of whoever
+    read it. None when no answer can be a span (see `answer_spans`)."""
+    spans = answer_spans(answers)
+    if not spans:
+        return None
+    padded = f" {normalize_answer(text)} "
+    return any(f" {span} " in padded for span in spans)
+
+
 def support_recall(read: Iterable[str], supporting: Sequence[str]) -> float:
     """Fraction of gold supporting titles among the documents read (1.0 when there are none)."""
     gold = set(supporting)
