@@ -24,13 +24,13 @@ training tasks from either. Dev chose the recipes' settings; test was never used
 
 Budget and cost: the CPU default is 32 episodes per arm (4 steps of 2 tasks × 4 from
 `configs/docread_cigpo.yaml`, its KL anchor included): with 48 test questions that took 3–8 min per arm on 2
-cores; the 100 dev questions add ~3 min per model (`make run` evaluated the DocRead warm start's 48 in 87 s).
-The issue's budget is 480 episodes (60 steps) per arm; scaled from those figures (26–45 s per DocRead step;
-Search episodes hold twice DocRead's tokens, so ~50–60 s per step), on 2 cores:
-- `.venv/bin/python bench/ablate.py --budget 480`: DocRead, 6 arms, ~4.5 h (training ~3.6 h, 7 models
-  evaluated ~0.7 h; building the lexical-SFT reader first adds ~35 min);
-- `.venv/bin/python bench/ablate.py --env search --budget 480`: Search, 3 arms, ~3.5 h (training ~2.7 h, 4
-  models evaluated ~0.6 h, the warm start ~6 min).
+cores; the 100 dev questions add ~2 min per model on DocRead, ~4 on Search. The issue's budget is 480
+episodes (60 steps) per arm, measured on a 2-core Xeon with AMX-BF16:
+- `.venv/bin/python bench/ablate.py --budget 480`: DocRead, 6 arms, 2 h 0 min (13–22 s per step, 17–25 min
+  per arm with its evaluations; building the lexical-SFT reader first adds ~35 min);
+- `.venv/bin/python bench/ablate.py --env search --budget 480`: Search, 3 arms, ~2 h (about 30 s per step,
+  ~38 min per arm with its evaluations; the warm start's SFT and evaluations ~15 min).
+Run nothing else on the machine meanwhile: a second 2-thread torch process on 2 cores made both ~5× slower.
 On a GPU raise the group size too (`--set rollout.group_size=16`, applied to every arm). `--smoke` runs the
 chosen arms for one step on a randomly initialised tiny model of the same architecture (`<out>/tiny`; on
 Search, its warm start is one SFT step of that model) to check the plumbing: its numbers mean nothing, and it
