@@ -26,14 +26,14 @@ def test_group_ess_by_hand():
     assert group_ess([0.0, -1000.0, -1000.0, -1000.0]) == pytest.approx(0.25)  # one member carries the group
 
 
-def _part(update, rewards, adv, groups, zero_var, stream=None):
+def _part(update, rewards, adv, groups, zero_var, stream=None, failed=0):
     from sleuth.training.step_metrics import StepPart
 
     return StepPart(update=update, rewards=rewards, truncated=[0.0] * len(rewards),
                     success=[float(r > 0) for r in rewards], length_correct=[10] * sum(r > 0 for r in rewards),
                     length_wrong=[20] * sum(r <= 0 for r in rewards), components={"f1": rewards}, adv=adv,
-                    groups=groups, zero_var=zero_var, no_signal_groups=0, gen_tokens=30, failed=0, dropped_failed=0,
-                    reissued=0, stream=stream)
+                    groups=groups, zero_var=zero_var, no_signal_groups=0, gen_tokens=30, failed=failed,
+                    dropped_failed=0, reissued=0, stream=stream)
 
 
 def test_the_step_row_gathers_two_ranks_typed_parts_by_hand():
@@ -48,7 +48,7 @@ def test_the_step_row_gathers_two_ranks_typed_parts_by_hand():
     b = UpdateStats(clip_low=[1.0], log_ratio=[-0.2], loss_policy=-0.75, group_ess=[0.25], grad_norm=2.0,
                     optimizer_steps=1, train_tokens=60)
     parts = [_part(a, [1.0, 0.0], [0.5, -0.5], 1, {"wrong": 1}, StreamStats(dropped=2, staleness=[0, 1], partial=1)),
-             _part(b, [0.0, 0.0], [0.0, 0.0], 1, {})]
+             _part(b, [0.0, 0.0], [0.0, 0.0], 1, {}, failed=1)]
     row = step_row(parts, {"rollout": 2.0, "update": 4.0}, {"sync/max_logit_diff": 0.0}, False, 3, 2)
     assert row["loss/policy"] == pytest.approx(-0.5) and row["loss/kl"] == pytest.approx(0.5)
     assert row["clip/low"] == pytest.approx(0.5)  # 2 of 4 tokens, not the mean of the ranks' means (2/3)
@@ -60,3 +60,4 @@ def test_the_step_row_gathers_two_ranks_typed_parts_by_hand():
     assert row["tokens_per_s/update"] == pytest.approx(25.0) and row["tokens_per_s/rollout"] == pytest.approx(30.0)
     assert row["async/dropped"] == 2 and row["async/staleness_mean"] == 0.5 and row["policy_version"] == 3
     assert row["length/correct"] == 10 and row["length/wrong"] == 20
+    assert row["episodes/sampled"] == 5 and row["episodes/failed"] == 1  # 2 + 2 scored, 1 failed on rank b

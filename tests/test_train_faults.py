@@ -140,6 +140,7 @@ def test_a_group_with_a_failed_episode_never_trains_and_is_counted(tiny_model_di
     assert {t.stop_reason for t in got.seen if t.failed} == {"reset_error"}
     [row] = trainer.train()
     assert row["episodes/failed"] == 4 and row["groups/dropped_failed"] == 2 and row["groups/reissued"] == 1
+    assert row["episodes/sampled"] == 6  # the step's rollout budget: both groups, and the reissued one
     assert row["groups/zero_var_wrong"] == 1 / 3  # the intact group of three: the untrained model scores 0
     rollouts = (tmp_path / "run" / "rollouts" / "step-000001.rank0.jsonl").read_text()
     lines = [json.loads(x) for x in rollouts.splitlines()]

@@ -127,7 +127,7 @@ PLOTS = [
     ("ratio", ["ratio/p99", "ppo_kl"]),
     ("engine-trainer mismatch", ["mismatch/mean", "mismatch/p99"]),
     ("zero-variance groups", ["groups/zero_var", "groups/zero_var_expected", "groups/no_signal"]),
-    ("failed episodes (never trained)", ["episodes/failed", "groups/dropped_failed"]),
+    ("episodes sampled, and failed (never trained)", ["episodes/sampled", "episodes/failed", "groups/dropped_failed"]),
     ("grad norm", ["grad_norm"]),
     ("response length", ["length/correct", "length/wrong"]),
     ("time per stage (s)", ["time/rollout", "time/reward", "time/update", "time/sync"]),

@@ -89,6 +89,9 @@ def step_row(parts: list[StepPart], times: dict[str, float], sync: dict[str, flo
     row["groups/zero_var"] = (zv["correct"] + zv["wrong"]) / n_groups
     row["groups/zero_var_expected"] = expected_zero_variance([x for p in parts for x in p.success], group_size)
     row["groups/no_signal"] = sum(p.no_signal_groups for p in parts) / n_groups
+    # every episode this step sampled, failed ones and extra `dynamic` rounds included: the rollout budget
+    # (episodes, not steps) that equal-budget comparisons sum over a run
+    row["episodes/sampled"] = sum(len(p.rewards) + p.failed for p in parts)
     row["episodes/failed"] = sum(p.failed for p in parts)
     row["groups/dropped_failed"] = sum(p.dropped_failed for p in parts)
     row["groups/reissued"] = sum(p.reissued for p in parts)
