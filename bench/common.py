@@ -59,10 +59,9 @@ def smollm2_update_setup(batch, micro_batch_tokens: int, gradient_checkpointing:
     and the trajectories of `batch` (JSONL) with advantages ±1. Returns (updater, trajectories, advantages)."""
     import numpy as np
     import torch
-    from transformers import AutoModelForCausalLM
 
     from sleuth.agents.evaluate import load_trajectories
-    from sleuth.agents.models import resolve_model
+    from sleuth.agents.models import load_causal_lm, resolve_model
     from sleuth.training.engine import EngineConfig, build_engine, init_distributed
     from sleuth.training.losses import LossConfig
     from sleuth.training.update import PolicyUpdater, UpdateConfig
@@ -71,7 +70,7 @@ def smollm2_update_setup(batch, micro_batch_tokens: int, gradient_checkpointing:
     trajs = load_trajectories(batch)
     advs = [np.full(t.num_policy_tokens, 1.0 if i % 2 else -1.0) for i, t in enumerate(trajs)]
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(resolve_model("smollm2"), dtype=torch.float32)
+    model = load_causal_lm(resolve_model("smollm2"), torch.float32)
     model.config.use_cache = False
     cfg = EngineConfig(zero_stage=2, lr=1e-9, dtype="fp32", gradient_checkpointing=gradient_checkpointing)
     engine = build_engine(model, cfg)

@@ -93,8 +93,7 @@ def real_batch():
 
 
 def optimizer_steps() -> list[str]:
-    from transformers import AutoModelForCausalLM
-
+    from sleuth.agents.models import load_causal_lm
     from sleuth.training.batch import build_batch
     from sleuth.training.engine import EngineConfig, build_engine, init_distributed
     from sleuth.training.losses import LossConfig, denominator, policy_loss, token_logprobs
@@ -106,7 +105,7 @@ def optimizer_steps() -> list[str]:
     n_tok = sum(len(t.token_ids()) for t in trajs)
 
     def plain() -> float:
-        model = AutoModelForCausalLM.from_pretrained(path)
+        model = load_causal_lm(path)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
         b = build_batch(trajs, advs, pad)
         times = []
@@ -124,7 +123,7 @@ def optimizer_steps() -> list[str]:
 
     def deepspeed(stage: int) -> float:
         cfg = EngineConfig(zero_stage=stage, lr=1e-6, dtype="fp32")
-        engine = build_engine(AutoModelForCausalLM.from_pretrained(path), cfg)
+        engine = build_engine(load_causal_lm(path), cfg)
         upd = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=1 << 20), LossConfig(), pad)
         times = []
         for _ in range(2):
@@ -146,14 +145,13 @@ def optimizer_steps() -> list[str]:
 def scored_head() -> list[str]:
     """Forward + backward of the token-mean policy loss through the full logits and through the scored
     positions' head, alternating on one model and batch (medians of 3)."""
-    from transformers import AutoModelForCausalLM
-
+    from sleuth.agents.models import load_causal_lm
     from sleuth.training.batch import build_batch
     from sleuth.training.forward import ScoredForward
     from sleuth.training.losses import LossConfig, denominator, policy_loss, scored_logprobs, token_logprobs
 
     trajs, advs, pad = real_batch()
-    model = AutoModelForCausalLM.from_pretrained(resolve_model("smollm2"))
+    model = load_causal_lm(resolve_model("smollm2"))
     b = build_batch(trajs, advs, pad)
     scored = ScoredForward(model, model, temperature=0.6)
 
@@ -197,8 +195,7 @@ def scored_head() -> list[str]:
 def inner_loop() -> list[str]:
     """The cost of PPO's inner loop against today's default (one optimizer step per rollout batch), on the
     same batch, engine and learning rate, side by side in one process."""
-    from transformers import AutoModelForCausalLM
-
+    from sleuth.agents.models import load_causal_lm
     from sleuth.training.engine import EngineConfig, build_engine, init_distributed
     from sleuth.training.losses import LossConfig
     from sleuth.training.update import PolicyUpdater, UpdateConfig
@@ -207,7 +204,7 @@ def inner_loop() -> list[str]:
     trajs, advs, pad = real_batch()
     path = resolve_model("smollm2")
     n_tok = sum(len(t.token_ids()) for t in trajs)
-    engine = build_engine(AutoModelForCausalLM.from_pretrained(path), EngineConfig(zero_stage=2, lr=1e-5, dtype="fp32"))
+    engine = build_engine(load_causal_lm(path), EngineConfig(zero_stage=2, lr=1e-5, dtype="fp32"))
     shapes = [(1, 1), (2, 1), (2, 2)]
     times: dict[tuple[int, int], list[float]] = {s: [] for s in shapes}
     clip: dict[tuple[int, int], float] = {}

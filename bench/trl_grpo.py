@@ -55,10 +55,10 @@ def reward(text: str, answers: list[str]) -> float:
 
 def sleuth_arm(zero_stage: int, share_prefix: bool = True, dtype: str = "fp32") -> dict[str, float]:
     import numpy as np
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from sleuth import rewards
-    from sleuth.agents.models import resolve_model
+    from sleuth.agents.models import load_causal_lm, resolve_model
     from sleuth.agents.policy import Request, SamplingParams
     from sleuth.agents.trajectory import Trajectory, Turn
     from sleuth.training.engine import EngineConfig, build_engine, init_distributed
@@ -68,7 +68,7 @@ def sleuth_arm(zero_stage: int, share_prefix: bool = True, dtype: str = "fp32") 
 
     init_distributed()
     path = resolve_model("smollm2")
-    engine = build_engine(AutoModelForCausalLM.from_pretrained(path),
+    engine = build_engine(load_causal_lm(path),
                           EngineConfig(zero_stage=zero_stage, lr=LR, dtype=dtype))
     tok = AutoTokenizer.from_pretrained(path)
     probe = tok.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True,
@@ -105,10 +105,10 @@ def sleuth_arm(zero_stage: int, share_prefix: bool = True, dtype: str = "fp32") 
 
 def trl_arm(bf16: bool = False) -> dict[str, float]:
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from sleuth.agents.models import resolve_model
+    from sleuth.agents.models import load_causal_lm, resolve_model
 
     path = resolve_model("smollm2")
     qs = questions()
@@ -138,7 +138,7 @@ def trl_arm(bf16: bool = False) -> dict[str, float]:
                           max_grad_norm=1.0, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type="dapo",
                           max_steps=STEPS + 1, logging_steps=1, save_strategy="no", report_to="none",
                           shuffle_dataset=False, seed=0, dataloader_num_workers=0)
-        trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=f1, args=args,
+        trainer = GRPOTrainer(model=load_causal_lm(path), reward_funcs=f1, args=args,
                               train_dataset=data, processing_class=AutoTokenizer.from_pretrained(path),
                               callbacks=[clock])
         trainer.train()

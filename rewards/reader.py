@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from sleuth.agents.models import resolve_model
+from sleuth.agents.models import load_causal_lm, resolve_model
 
 INSTRUCTION = "Answer the question with a short phrase, using the documents if any."
 
@@ -19,13 +19,13 @@ INSTRUCTION = "Answer the question with a short phrase, using the documents if a
 class Reader:
     def __init__(self, model: str = "smollm2", device: str | None = None, batch_size: int = 8,
                  max_doc_chars: int = 2000):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         path = resolve_model(model)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         # fp32 on GPU too: gains are differences of answer logprobs, and bf16 logits carry ~0.4% relative error.
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(self.device).eval()
+        self.model = load_causal_lm(path, torch.float32).to(self.device).eval()
         self.model.requires_grad_(False)
         self.batch_size, self.max_doc_chars = batch_size, max_doc_chars
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0

@@ -189,3 +189,24 @@ def test_a_model_directory_passes_the_check_and_a_file_does_not(tiny_model_dir):
     assert resolve_model(tiny_model_dir) == tiny_model_dir
     with pytest.raises(NotAModelDirectory, match="is a file, not a model directory"):
         check_model_dir(Path(tiny_model_dir) / "config.json")
+
+
+def test_a_tiny_model_is_built_from_a_config_and_a_tokenizer_without_weights(tiny_model_dir, tmp_path):
+    """The GPU check builds its models where no weights can travel: `tiny_model` reads only the config and the
+    tokenizer, while loading a policy from that directory is still refused."""
+    import shutil
+
+    from sleuth.agents.models import NotAModelDirectory, resolve_model, tiny_model
+
+    bare = tmp_path / "tok"
+    bare.mkdir()
+    for f in Path(tiny_model_dir).iterdir():
+        if f.name.startswith(("config", "tokenizer", "special_tokens", "chat_template")):
+            shutil.copy(f, bare / f.name)
+    with pytest.raises(NotAModelDirectory, match="no weights"):
+        resolve_model(str(bare))
+    out = tiny_model(tmp_path / "built", like=str(bare), hidden=32, layers=1)
+    assert resolve_model(out) == out
+    from transformers import AutoConfig
+
+    assert AutoConfig.from_pretrained(out).num_hidden_layers == 1

@@ -247,15 +247,15 @@ def export_hf(engine: Any, base_path: str, out: Path, tokenizer: Any) -> Path | 
     writes. A bf16 engine exports its fp32 master weights, so that a next stage (RL after SFT) starts its
     own masters from them and not from their bf16 rounding."""
     import torch.distributed as dist
-    from transformers import AutoModelForCausalLM
 
+    from sleuth.agents.models import load_causal_lm
     from sleuth.training.engine import fp32_masters, full_state_dict
 
     state = full_state_dict(engine.module)
     masters = fp32_masters(engine)
     if dist.get_rank() != 0:
         return None
-    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    model = load_causal_lm(base_path, torch.float32)
     model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
     if masters is not None:  # loaded last: a tied head takes its embeddings' master too
         model.load_state_dict({k: v for k, v in masters.items() if k in state}, strict=False)

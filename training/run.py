@@ -76,14 +76,14 @@ class PolicyModel:
 
 def load_policy_model(model: str, engine_cfg: EngineConfig) -> PolicyModel:
     """`model` (a name such as `smollm2`, a Hugging Face id or a directory) on an engine built from `engine:`."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    from sleuth.agents.models import resolve_model
+    from sleuth.agents.models import load_causal_lm, resolve_model
 
     path = str(resolve_model(model))
     tokenizer = AutoTokenizer.from_pretrained(path)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    net = AutoModelForCausalLM.from_pretrained(path, dtype=load_dtype(engine_cfg)).to(device())
+    net = load_causal_lm(path, load_dtype(engine_cfg)).to(device())
     net.config.use_cache = False
     return PolicyModel(path, tokenizer, pad_id, resolved_dtype(engine_cfg), build_engine(net, engine_cfg),
                        net.config.hidden_size)
@@ -91,7 +91,7 @@ def load_policy_model(model: str, engine_cfg: EngineConfig) -> PolicyModel:
 
 def load_reference(policy: PolicyModel) -> torch.nn.Module:
     """The frozen reference model of a KL term: the policy's starting weights, in its compute dtype."""
-    from transformers import AutoModelForCausalLM
+    from sleuth.agents.models import load_causal_lm
 
-    ref = AutoModelForCausalLM.from_pretrained(policy.path, dtype=policy.dtype).to(device()).eval()
+    ref = load_causal_lm(policy.path, policy.dtype).to(device()).eval()
     return ref.requires_grad_(False)

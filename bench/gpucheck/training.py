@@ -16,9 +16,9 @@ def check_rollout(rep: Report, st: State) -> None:
         if st.big_dir is None or st.tiny_dir is None:
             raise RuntimeError("no models (the models check failed)")
         import numpy as np
-        from transformers import AutoModelForCausalLM
 
         from sleuth.agents.chat import ChatRenderer
+        from sleuth.agents.models import load_causal_lm
         from sleuth.agents.policy import SamplingParams
         from sleuth.agents.trajectory import Trajectory, Turn
         from sleuth.training.engine import EngineConfig, build_engine
@@ -65,7 +65,7 @@ def check_rollout(rep: Report, st: State) -> None:
         # An update of the big model on its own generations, then the verified sync into the rollout engine.
         if "big" in rollouts:
             ro, reqs, gens, probe_ids = rollouts["big"]
-            model = AutoModelForCausalLM.from_pretrained(st.big_dir, dtype=model_dtype()).to(dev())
+            model = load_causal_lm(st.big_dir, model_dtype()).to(dev())
             model.config.use_cache = False
             engine = build_engine(model, EngineConfig(zero_stage=2, lr=sz["lr"] * 10))
             try:
@@ -192,11 +192,11 @@ def _trainer_attempt(rep: Report, st: State, c: Check, name: str, model: str, st
         c.need(bool(list((out / "tensorboard").glob("events.out.tfevents.*"))), f"{name}: no TensorBoard events")
     if export:
         import torch
-        from transformers import AutoModelForCausalLM
 
+        from sleuth.agents.models import load_causal_lm
         from sleuth.training.rollout import probe_logits
 
-        hf = AutoModelForCausalLM.from_pretrained(out / "hf", dtype=model_dtype()).to(dev()).eval()
+        hf = load_causal_lm(out / "hf", model_dtype()).to(dev()).eval()
         diff = float((probe_logits(hf, trainer.probe_ids) - probe_logits(trainer.engine.module, trainer.probe_ids))
                      .abs().max())
         c.figures[f"{name}_exported_hf_probe_diff"] = diff

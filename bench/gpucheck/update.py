@@ -31,8 +31,8 @@ def check_update(rep: Report, st: State) -> None:
         if st.big_dir is None:
             raise RuntimeError("no big model (the models check failed)")
         import torch
-        from transformers import AutoModelForCausalLM
 
+        from sleuth.agents.models import load_causal_lm
         from sleuth.training.batch import micro_batches
         from sleuth.training.engine import EngineConfig, build_engine
         from sleuth.training.losses import LossConfig, denominator, policy_loss, token_logprobs
@@ -55,7 +55,7 @@ def check_update(rep: Report, st: State) -> None:
         def plain(mode: str):
             """The same loss over the same micro-batches, a plain torch loop: forward, backward, clip, AdamW."""
             dtype = torch.float32 if mode == "torch_fp32w_autocast" else model_dtype()
-            model = AutoModelForCausalLM.from_pretrained(st.big_dir, dtype=dtype).to(d)
+            model = load_causal_lm(st.big_dir, dtype).to(d)
             model.config.use_cache = False
             fused = {"fused": True} if cuda else {}
             opt = torch.optim.AdamW(model.parameters(), lr=sz["lr"], betas=(0.9, 0.999), weight_decay=0.0, **fused)
@@ -83,7 +83,7 @@ def check_update(rep: Report, st: State) -> None:
             return model, step, auto, None
 
         def ds(stage: int):
-            model = AutoModelForCausalLM.from_pretrained(st.big_dir, dtype=model_dtype()).to(d)
+            model = load_causal_lm(st.big_dir, model_dtype()).to(d)
             model.config.use_cache = False
             engine = build_engine(model, EngineConfig(zero_stage=stage, lr=sz["lr"]))
             upd = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=mbt), lc, pad_id=0)
@@ -91,8 +91,7 @@ def check_update(rep: Report, st: State) -> None:
             def step() -> dict[str, float]:
                 s = upd.update(trajs, advs)
                 loss = s.loss_policy + s.loss_kl + s.loss_entropy + s.loss_mix if s.optimizer_steps else float("nan")
-                return {"loss": loss, "grad_norm": s.grad_norm,
-                        "train_tokens": s.get("train_tokens", 0)}
+                return {"loss": loss, "grad_norm": s.grad_norm, "train_tokens": s.train_tokens}
 
             return engine.module, step, False, engine
 

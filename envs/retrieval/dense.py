@@ -37,7 +37,8 @@ class Encoder:
         path = str(model or minilm_dir())
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModel.from_pretrained(path).to(self.device).eval()
+        # use_kernels=False: no layer kernels fetched from the hub at run time (see agents/models.load_causal_lm)
+        self.model = AutoModel.from_pretrained(path, use_kernels=False).to(self.device).eval()
         self.max_length = max_length
         self.dim = int(self.model.config.hidden_size)
 
