@@ -11,7 +11,7 @@ Arms, grpo first (the matched outcome-only baseline every other arm is compared 
 - `--arms all`: every variant of VARIANTS;
 - `--env search` runs the same harness on `sleuth/Search-v0` (BM25 over every HotpotQA paragraph, `search`,
   `open`, `answer`) with its own warm start, SFT on scripted-oracle Search demonstrations of 100 train
-  questions (`configs/docread_title_sft.yaml` with `data.env=Search-v0`; built into `runs/ablate-search/warm` when
+  questions (`configs/docread_sft.yaml` with `data.env=Search-v0`; built into `runs/ablate-search/warm` when
   missing), and the arms grpo, cw_grpo, info_gain/support (`--arms search`).
 An env whose turns carry no read events (`Turn.read`; one scripted-oracle episode is checked) gets no arm
 whose step reward comes from them (info_gain, cw_grpo_adv, gear_mix: it would be 0 on every turn), and
@@ -83,6 +83,7 @@ NEEDS_READS = ("info_gain", "cw_grpo_adv", "gear_mix")
 ARMS = {"issue": ["grpo", "info_gain/support", "info_gain/gold_prob@reader", "cw_grpo", "cw_grpo_adv", "gear_mix"],
         "search": ["grpo", "cw_grpo", "info_gain/support"],
         "all": list(VARIANTS)}
+DOCREAD_WARM = "runs/main/sft/hf"
 LEXICAL_READER = "runs/main/lexical-sft/hf"
 
 
@@ -165,37 +166,38 @@ def arm_overrides(name: str, args: argparse.Namespace) -> list[str]:
     return [a for s in sets for a in ("--set", s)]
 
 
-def build_warm_start(run: Path, env: str, smoke_model: str | None) -> None:
-    """The warm start every arm starts from: `configs/docread_title_sft.yaml`, the title-reading recipe the
-    tables of docs/ablation.md were measured from (`make run`'s own warm start has since moved to the
-    lexical recipe); on Search, its recipe on Search demonstrations of the scripted oracle (it searches each
-    supporting title, opens it, answers the gold answer). Dev stays out of the data. `smoke_model`: one SFT
-    step of that model on two demonstrations (Search only; DocRead's smoke arms start from the tiny model)."""
+def build_search_warm_start(run: Path, smoke_model: str | None) -> None:
+    """The Search warm start: `configs/docread_sft.yaml`'s recipe on Search demonstrations of the scripted
+    oracle (it searches each supporting title, opens it, answers the gold answer); dev stays out of its data.
+    `smoke_model`: one SFT step of that model on two demonstrations."""
     smoke = ["--set", f"model={smoke_model}", "--set", "data.task_limit=2", "--max-steps", "1"] if smoke_model else []
-    on_search = ["--set", "data.env=Search-v0", "--set", "data.demonstrator=oracle"] if env == "search" else []
-    sleuth("sft", "--config", str(ROOT / "configs" / "docread_title_sft.yaml"), "--out", str(run), "--resume",
-           *on_search, "--set", "data.held_out=[hotpotqa:dev]", *smoke)
+    sleuth("sft", "--config", str(ROOT / "configs" / "docread_sft.yaml"), "--out", str(run), "--resume",
+           "--set", "data.env=Search-v0", "--set", "data.demonstrator=oracle", "--set", "data.held_out=[hotpotqa:dev]",
+           *smoke)
 
 
 def warm_start(args: argparse.Namespace, out: Path, ap: argparse.ArgumentParser) -> str:
     """The checkpoint every arm starts from, built when it is the env's default and missing. Smoke mode: a
     tiny random model (also every reader), on Search after one SFT step."""
-    warm = out / "warm"
+    search_warm = out / "warm"
     if args.smoke:
         from sleuth.agents.models import tiny_model
 
         tiny = args.reader = tiny_model(out / "tiny")
         if args.env != "search":
             return tiny
-        if not has_model(warm / "hf"):
-            build_warm_start(warm, args.env, tiny)
-        return str(warm / "hf")
-    start = args.warm_start or str(warm / "hf")
+        if not has_model(search_warm / "hf"):
+            build_search_warm_start(search_warm, tiny)
+        return str(search_warm / "hf")
+    start = args.warm_start or (str(search_warm / "hf") if args.env == "search" else DOCREAD_WARM)
     if args.report or has_model(start):
         return start
     if args.warm_start:
         ap.error(f"--warm-start {start} is not a model directory")
-    build_warm_start(warm, args.env, None)
+    if args.env == "search":
+        build_search_warm_start(search_warm, None)
+    else:
+        sleuth("sft", "--config", str(ROOT / "configs" / "docread_sft.yaml"), "--out", "runs/main/sft", "--resume")
     return start
 
 
@@ -240,8 +242,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--env", choices=list(SETUPS), default="docread")
     ap.add_argument("--config", default=str(ROOT / "configs" / "docread_cigpo.yaml"))
-    ap.add_argument("--warm-start", help="the checkpoint every arm starts from (default: <out>/warm/hf, built "
-                                         "from configs/docread_title_sft.yaml when missing)")
+    ap.add_argument("--warm-start", help=f"the checkpoint every arm starts from (default: {DOCREAD_WARM} on DocRead, "
+                                         "<out>/warm/hf on Search; either is built when missing)")
     ap.add_argument("--budget", type=int, default=32, help="training episodes per arm")
     ap.add_argument("--dev-limit", type=int, default=100, help="held-out HotpotQA dev questions (the first N)")
     # 48, as `make run`: at 24 questions the paired CI of an F1 difference spanned about ±0.14

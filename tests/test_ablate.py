@@ -62,25 +62,6 @@ def fake_row(name: str, f1: float) -> dict:
             "support_curve": [0.3, 0.4]}
 
 
-def test_both_envs_build_their_warm_start_from_the_title_recipe_the_tables_were_measured_from(ablate, tmp_path,
-                                                                                             monkeypatch):
-    """`make run` moved to the lexical warm start; the ablation keeps the title recipe (its tables reproduce)
-    and builds it into <out>/warm, never into make run's runs/main/sft."""
-    calls = []
-    monkeypatch.setattr(ablate, "sleuth", lambda *a: calls.append(a))
-    for env in ("docread", "search"):
-        args = argparse.Namespace(smoke=False, env=env, warm_start=None, report=False)
-        assert ablate.warm_start(args, tmp_path / env, argparse.ArgumentParser()) == str(tmp_path / env / "warm" / "hf")
-    (docread, search) = calls
-    for call, env in ((docread, "docread"), (search, "search")):
-        assert call[:5] == ("sft", "--config", str(ablate.ROOT / "configs" / "docread_title_sft.yaml"), "--out",
-                            str(tmp_path / env / "warm"))
-        assert "data.held_out=[hotpotqa:dev]" in call
-    assert "data.env=Search-v0" in search and "data.env=Search-v0" not in docread
-    title = yaml.safe_load((ablate.ROOT / "configs" / "docread_title_sft.yaml").read_text())
-    assert title["data"]["demonstrator"] == "oracle-title" and title["engine"]["lr"] == 5e-5
-
-
 def test_the_report_has_one_table_per_held_out_set(ablate, tmp_path):
     from ablate_report import HeldOut
 
