@@ -133,7 +133,7 @@ def deepspeed_config(cfg: EngineConfig) -> dict[str, Any]:
         "train_micro_batch_size_per_gpu": 1,  # bookkeeping only: the trainer forms its own micro-batches
         "gradient_accumulation_steps": 1,
         "managed_gradient_accumulation": False,
-        "gradient_clipping": cfg.grad_clip,
+        "gradient_clipping": 0.0 if _clips_in_hook(cfg) else cfg.grad_clip,
         "zero_optimization": zero,
         "bf16": {"enabled": resolved_dtype(cfg) == torch.bfloat16},
         "zero_allow_untested_optimizer": True,
@@ -141,6 +141,24 @@ def deepspeed_config(cfg: EngineConfig) -> dict[str, Any]:
         "steps_per_print": 1 << 30,
         "wall_clock_breakdown": False,
     }
+
+
+def _clips_in_hook(cfg: EngineConfig) -> bool:
+    """An fp32 engine at stage 0 is the one DeepSpeed clips with torch and then drops the norm of
+    (`get_global_grad_norm()` is None): sleuth clips it itself, in `_clip_and_record`."""
+    return cfg.zero_stage == 0 and resolved_dtype(cfg) == torch.float32
+
+
+def _clip_and_record(params: list[torch.nn.Parameter], max_norm: float) -> Any:
+    """An optimizer pre-step hook: at that point DeepSpeed has reduced the gradients across ranks and not
+    clipped them, so their norm is the global one. It clips (max_norm 0: never) and leaves the pre-clip norm
+    as `optimizer._global_grad_norm`, the attribute DeepSpeed's engine reads after each step into
+    `get_global_grad_norm()`, as it does for its own bf16 and ZeRO optimizers."""
+    def hook(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
+        optimizer._global_grad_norm = float(norm)
+
+    return hook
 
 
 def build_engine(model: torch.nn.Module, cfg: EngineConfig) -> Any:
@@ -171,6 +189,8 @@ def build_engine(model: torch.nn.Module, cfg: EngineConfig) -> Any:
         # over tensors: 1-2 s per step for SmolLM2's 135M parameters on 2 cores, fused 0.07 s; HF Trainer's
         # default `adamw_torch_fused` is the same kernel).
         opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, fused=True)
+    if _clips_in_hook(cfg):
+        opt.register_step_pre_hook(_clip_and_record(params, cfg.grad_clip))
     engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=deepspeed_config(cfg))
     # DeepSpeed's bf16 wrapper at stage 0 allocates the optimizer states by stepping once on zero gradients:
     # AdamW would count that step in its bias correction (the first real step then moves 0.74 lr, the
