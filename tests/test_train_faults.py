@@ -290,7 +290,9 @@ def test_ctrl_c_says_to_resume_and_resume_says_where_it_continues(tiny_model_dir
     args = ["train", "--out", out, *tiny_args(tiny_model_dir), "--max-steps", 3, "--resume"]
     log = tmp_path / "first.log"
     p = start(args, log)
-    wait_until(lambda: (out / "checkpoints" / "step-000001").exists(), p)
+    # `latest` is written last, after the tag directory is renamed into place: a SIGINT between the two leaves a
+    # whole checkpoint that resume finds by its tag, but no pointer for this test to read
+    wait_until(lambda: (out / "checkpoints" / "latest").exists(), p)
     p.send_signal(signal.SIGINT)
     assert p.wait(timeout=120) == 130
     stderr = log.read_text()
