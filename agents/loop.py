@@ -16,14 +16,14 @@ import gymnasium
 from sleuth.agents.chat import ChatRenderer
 from sleuth.agents.policy import Policy, SamplingParams
 from sleuth.agents.requests import RequestQueue, Sampled, WeightsGate
-from sleuth.agents.scheduler import Episode, EpisodeScheduler, StepOutcome, TaskFeed
+from sleuth.agents.scheduler import Branch, Episode, EpisodeScheduler, StepOutcome, TaskFeed
 from sleuth.agents.trajectory import Trajectory
 from sleuth.tasks.base import Task
 
 
 def run_episodes(
     make_env: Callable[[], gymnasium.Env],
-    tasks: Iterable[Task] | TaskFeed,
+    tasks: Iterable[Task | Branch] | TaskFeed,
     policy: Policy,
     sampling: SamplingParams | None = None,
     concurrency: int = 8,
@@ -42,7 +42,8 @@ def run_episodes(
     steps of microseconds are faster inline. `lockstep` releases requests in rounds (every episode waits
     for the slowest of its round): the benchmarks' measure of what the continuous loop saves. `gate`: a weight
     update that holds it waits for the calls in flight and holds new ones back (async training).
-    `tasks` is read lazily, as slots free: it may be an endless stream."""
+    `tasks` is read lazily, as slots free: it may be an endless stream; a `Branch` among them continues a
+    recorded episode from one of its turns."""
     sampling = sampling or SamplingParams()
     sched = EpisodeScheduler(make_env, tasks, ChatRenderer(policy.tokenizer), concurrency=concurrency, env_id=env_id,
                              max_context=max_context or policy.max_context or 1 << 30,

@@ -26,20 +26,43 @@ from sleuth.tasks.base import Task
 from sleuth.verifiers.base import Verdict
 
 
+@dataclass(frozen=True)
+class Branch:
+    """An episode that starts where a recorded one stood after `at` of its turns: the env is reset with the
+    task and steps the recorded actions again, each reply checked against the record (an env that replies
+    otherwise cannot be branched: the branch fails as `replay_error`), and the policy samples on from the
+    recorded context ids. Its trajectory's prompt is that whole context (only the new turns train) and its
+    reward starts at the recorded turns' rewards."""
+
+    of: Trajectory
+    task: Task
+    at: int
+    group: str = ""  # the branch's group key (default: the task id)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.at <= len(self.of.turns):
+            raise ValueError(f"a branch point must be after one of the episode's {len(self.of.turns)} turns, "
+                             f"got {self.at}")
+
+
 class TaskFeed:
     """Where a run's tasks come from, polled as slots free. This one reads an iterable; a feed that may
     have nothing for a while (tasks issued only as a trainer takes results) overrides `poll` and `wait`."""
 
-    def __init__(self, tasks: Iterable[Task] = ()):
+    def __init__(self, tasks: Iterable[Task | Branch] = ()):
         self._it = iter(tasks)
 
-    def poll(self, n: int) -> list[Task] | None:
+    def poll(self, n: int) -> list[Task | Branch] | None:
         """Up to `n` tasks available now: [] if none yet, None once the feed has ended."""
         out = [t for _, t in zip(range(n), self._it, strict=False)]
         return out if out or n == 0 else None
 
     def wait(self, timeout_s: float) -> None:
         """Block until `poll` may have something (up to `timeout_s`)."""
+
+
+class ReplayError(RuntimeError):
+    """A branch's env replied to a recorded action otherwise than it had."""
 
 
 @dataclass
@@ -77,13 +100,15 @@ class Episode:
     messages: list[dict[str, Any]]
     reset_info: dict[str, Any]
     started: float = field(default_factory=time.perf_counter)
+    first_turn: int = 0  # turns before the trajectory's first (a branch's replayed ones)
 
     def request(self) -> Request:
-        return Request(self.context, self.messages, self.task, len(self.traj.turns), self.reset_info, self.index)
+        return Request(self.context, self.messages, self.task, self.first_turn + len(self.traj.turns),
+                       self.reset_info, self.index)
 
 
 class EpisodeScheduler:
-    def __init__(self, make_env: Callable[[], gymnasium.Env], tasks: Iterable[Task] | TaskFeed,
+    def __init__(self, make_env: Callable[[], gymnasium.Env], tasks: Iterable[Task | Branch] | TaskFeed,
                  renderer: ChatRenderer, *, concurrency: int, env_id: str, max_context: int, max_tokens: int,
                  barrier: bool = False):
         if concurrency < 1:
@@ -121,20 +146,35 @@ class EpisodeScheduler:
             if not got:
                 return
 
-    def _admit(self, task: Task) -> None:
+    def _admit(self, item: Task | Branch) -> None:
         index, self._admitted = self._admitted, self._admitted + 1
+        task = item.task if isinstance(item, Branch) else item
         env = self._idle_envs.pop() if self._idle_envs else self.make_env()
         try:
             _, info = env.reset(options={"task": task})
+            messages = list(info["messages"])
+            if isinstance(item, Branch):
+                messages = self._replay(env, item, messages)
         except Exception as e:  # bad task data or a dead env server: record it, drop the env (its state is unknown)
             with contextlib.suppress(Exception):
                 env.close()
-            self.finished.append(Trajectory(task.id, self.env_id, [], error=f"reset failed: {type(e).__name__}: {e}",
-                                            stop_reason="reset_error", group=task.id))
+            replay = isinstance(e, ReplayError)
+            self.finished.append(Trajectory(
+                task.id, self.env_id, [], error=f"{'replay' if replay else 'reset'} failed: {type(e).__name__}: {e}",
+                stop_reason="replay_error" if replay else "reset_error",
+                group=(item.group if isinstance(item, Branch) else "") or task.id,
+                branch_at=item.at if isinstance(item, Branch) else 0))
             return
-        ids = self.renderer.prompt_ids(info["messages"])
-        traj = Trajectory(task_id=task.id, env_id=self.env_id, prompt_ids=ids, group=task.id)
-        ep = Episode(index, env, task, traj, list(ids), list(info["messages"]), info)
+        if isinstance(item, Branch):
+            done = item.of.turns[:item.at]
+            ids = item.of.prompt_ids + [i for t in done for i in (*t.action_ids, *t.observation_ids)]
+            traj = Trajectory(task_id=task.id, env_id=self.env_id, prompt_ids=ids, group=item.group or task.id,
+                              reward=sum(t.reward for t in done), branch_at=item.at)
+        else:
+            ids = self.renderer.prompt_ids(messages)
+            traj = Trajectory(task_id=task.id, env_id=self.env_id, prompt_ids=ids, group=task.id)
+        ep = Episode(index, env, task, traj, list(ids), messages, info,
+                     first_turn=item.at if isinstance(item, Branch) else 0)
         self._live[index] = ep
         if len(ids) + self.max_tokens > self.max_context:  # never sent: the engine could not take it
             traj.stop_reason = "prompt_too_long"
@@ -143,6 +183,17 @@ class EpisodeScheduler:
             self._finish(ep, False, True, None)
             return
         self.ready.append(ep)
+
+    def _replay(self, env: gymnasium.Env, branch: Branch, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Step `env` through the branch's recorded turns; the messages the policy has seen after them."""
+        for k, turn in enumerate(branch.of.turns[:branch.at]):
+            o = StepOutcome.from_gym(env.step(turn.action_text))
+            if o.terminated or o.truncated or self.renderer.observation_ids(o.messages, turn.action_ids) != \
+                    turn.observation_ids:
+                raise ReplayError(f"turn {k} of the recorded episode replied otherwise when stepped again: the env "
+                                  "is not deterministic given its task and actions, so it cannot be branched")
+            messages = [*messages, {"role": "assistant", "content": turn.action_text}, *o.messages]
+        return messages
 
     def take_ready(self) -> list[Episode]:
         """The episodes whose next request may go now (all of a round at once under the barrier)."""

@@ -293,7 +293,7 @@ def test_layout_lays_a_common_prefix_out_once():
     row = layout([a, b, c])
     assert row.ids == [*p, 1, 2, 3, 4, 5, *c]
     assert row.positions == [*range(16), 16, 17, 16, 17, 18, *range(4)]
-    assert row.blocks == ((0, 16, 0, 0), (16, 18, 0, 16), (18, 21, 0, 16), (21, 25, 0, 0))
+    assert row.blocks == ((0, 16, ()), (16, 18, ((0, 16),)), (18, 21, ((0, 16),)), (21, 25, ()))
     assert row.sources == [[*range(16), 16, 17], [*range(16), 18, 19, 20], [21, 22, 23, 24]]
     assert layout([a, b, c], share=False).tokens == len(a) + len(b) + len(c)
     short = [*p[:MIN_SHARED - 1], 9]  # one token short of MIN_SHARED in common: not worth an attention call
@@ -301,8 +301,47 @@ def test_layout_lays_a_common_prefix_out_once():
     # a third member shrinks the group's prefix to what all three share
     q = list(range(300, 320))
     row = layout([[*q, 1], [*q, 2], [*q[:17], 8]])
-    assert row.tokens == 17 + 4 + 4 + 1 and row.blocks[0] == (0, 17, 0, 0)
+    assert row.tokens == 17 + 4 + 4 + 1 and row.blocks[0] == (0, 17, ())
     assert row.positions == [*range(17), 17, 18, 19, 20, 17, 18, 19, 20, 17]
+
+
+def test_layout_nests_branches_of_one_episode_inside_their_groups_prompt():
+    """Hand case: two episodes of one prompt P, and two branches of the first from its context P + C: P once,
+    C once (inside P), and each branch only its own tokens, attending to both spans."""
+    from sleuth.training.packing import MIN_SHARED, layout
+
+    p, c = list(range(100, 100 + MIN_SHARED)), list(range(200, 200 + MIN_SHARED))
+    ep1, ep2, b1, b2 = [*p, *c, 1], [*p, 7, 8], [*p, *c, 2, 3], [*p, *c, 4]
+    row = layout([ep1, ep2, b1, b2])
+    assert row.tokens == 16 + 16 + 1 + 2 + 1 + 2
+    assert row.ids == [*p, *c, 1, 2, 3, 4, 7, 8]
+    assert row.blocks == ((0, 16, ()), (16, 32, ((0, 16),)), (32, 33, ((0, 16), (16, 32))),
+                          (33, 35, ((0, 16), (16, 32))), (35, 36, ((0, 16), (16, 32))), (36, 38, ((0, 16),)))
+    assert row.positions == [*range(32), 32, 32, 33, 32, 16, 17]
+    assert [[row.ids[i] for i in s] for s in row.sources] == [ep1, ep2, b1, b2]
+
+
+def test_nested_prefixes_give_each_sequence_its_own_logits(tiny_model_dir):
+    """Branches inside a group's prompt, in one row: every token's logits are those of its sequence run alone."""
+    from transformers import AutoModelForCausalLM
+
+    from sleuth.training.packing import layout, use_segment_attention
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    use_segment_attention(model)
+    torch.manual_seed(3)
+    v = model.config.vocab_size
+    p, c = torch.randint(1, v, (20,)).tolist(), torch.randint(1, v, (18,)).tolist()
+    seqs = [[*p, *c, *torch.randint(1, v, (n,)).tolist()] for n in (5, 3, 4)]
+    seqs.append([*p, *torch.randint(1, v, (6,)).tolist()])
+    row = layout(seqs)
+    assert row.tokens == 20 + 18 + 5 + 3 + 4 + 6
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor(row.ids)[None], position_ids=torch.tensor(row.positions)[None],
+                       use_cache=False, sleuth_blocks=row.blocks).logits[0]
+        for s, src in zip(seqs, row.sources, strict=True):
+            alone = model(input_ids=torch.tensor(s)[None]).logits[0]
+            assert torch.allclose(logits[src], alone, atol=1e-5)
 
 
 def _group_rows(vocab: int):

@@ -215,8 +215,8 @@ def test_ratio_metric_is_exp_of_logp_minus_rollout_logprobs(tiny_model_dir):
     trajs = _with_sampling_logprobs(trajs, shift)
     stats = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=10_000, old_logprobs="rollout"),
                           LossConfig(eps_low=0.5, eps_high=0.5), pad_id=0).update(trajs, advs)
-    # one micro-batch, longest trajectory first: the metric's order follows the batch rows
-    order = sorted(range(3), key=lambda i: -len(trajs[i].token_ids()))
+    # one packed micro-batch, its sequences in token order (shared prefixes adjacent): the metric follows it
+    order = sorted(range(3), key=lambda i: trajs[i].token_ids())
     want = [math.exp(true[i][k] - shift[i][k]) for i in order for k in range(len(true[i]))]
     assert stats.ratio == pytest.approx(want, rel=1e-4)
 

@@ -82,15 +82,13 @@ def micro_batches(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray],
     tokens each; a longer single trajectory gets a micro-batch of its own. Counted as padded tokens (rows ×
     the longest row), or with `packed` as the tokens of the packed row the forward runs (`packing.layout`;
     with `share`, common prefixes counted once): each trajectory goes where it adds the fewest tokens (the
-    first such micro-batch), so a group's members meet where their prompt is already laid out."""
+    first such micro-batch), so a group's members meet where their prompt is already laid out, and an
+    episode's branches where it is."""
     seqs = [t.token_ids() for t in trajs]
     lengths = [len(s) for s in seqs]
     order = sorted(range(len(trajs)), key=lambda i: -lengths[i])
-    if share:  # a group's members one after another (groups longest first), so they can meet in one row
-        rank: dict[object, int] = {}
-        for i in order:
-            rank.setdefault(trajs[i].group or i, len(rank))
-        order.sort(key=lambda i: (rank[trajs[i].group or i], -lengths[i]))
+    if share:  # in token order, the prefix tree's: a group's members meet, and an episode's branches follow it
+        order.sort(key=lambda i: seqs[i])
     out: list[list[int]] = []
     for i in order:
         if packed:

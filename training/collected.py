@@ -5,7 +5,8 @@ only. A group has no learning signal when every advantage the estimator gives it
 the advantages, not the outcome rewards, so a group whose members scored alike but read differently still
 trains under a step-reward estimator (`info_gain`, `gigpo`, `gear_mix`); `keep_no_signal` says whether
 such groups train anyway (`rollout.zero_variance: keep`). Every estimator sleuth ships is group-local, so
-advantages taken round by round are the advantages of the whole step."""
+advantages taken round by round are the advantages of the whole step. Branch groups (`rollout.branches`)
+are judged alike and counted apart: the zero-variance shares describe the episodes' groups."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ class Collected:
     estimator_metrics: dict[str, list[float]] = field(default_factory=dict)  # the estimator's, every round's
     zero_var: Counter = field(default_factory=Counter)  # groups whose outcome rewards are all alike: correct / wrong
     no_signal_groups: int = 0  # groups whose every advantage is 0
+    branch_groups: int = 0  # groups of branches (`rollout.branches`), and of them those with no signal
+    branch_no_signal: int = 0
     stream: StreamStats | None = None  # what the rollout stream reports (None without one)
     dropped_failed: int = 0  # groups left out because a member failed
     reissued: int = 0  # of those, the tasks sampled once more in the same step
@@ -46,7 +49,8 @@ class Collected:
         for idx in groups(trajs).values():
             if any(trajs[i].failed for i in idx):
                 self.dropped_failed += 1
-                failed.append(self.tasks[trajs[idx[0]].task_id])
+                if not trajs[idx[0]].branch_at:  # a branch group is not sampled again: its episode was
+                    failed.append(self.tasks[trajs[idx[0]].task_id])
             else:
                 whole.append([trajs[i] for i in idx])
         self._judge(whole)
@@ -68,10 +72,13 @@ class Collected:
             advs = est.values[at:at + len(members)]
             at += len(members)
             rewards = [t.reward for t in members]
-            if max(rewards) - min(rewards) < 1e-9:
+            branch = members[0].branch_at > 0
+            self.branch_groups += branch
+            if max(rewards) - min(rewards) < 1e-9 and not branch:
                 self.zero_var["correct" if rewards[0] > 0 else "wrong"] += 1
             if not any(np.asarray(a).size and float(np.abs(a).max()) > 1e-9 for a in advs):
-                self.no_signal_groups += 1
+                self.branch_no_signal += branch
+                self.no_signal_groups += not branch
                 if not self.keep_no_signal:
                     continue
             self.kept += members

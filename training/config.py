@@ -57,6 +57,13 @@ class RolloutConfig:
     max_staleness: int = 0
     sync_timeout_s: float = 600.0  # a weight sync waits this long for generate calls in flight, then fails
     zero_variance: str = "keep"  # keep | drop | dynamic (DAPO: sample more groups until the batch is full)
+    # Answer branches (tree rollouts): every episode that ended on its own after two or more turns is continued
+    # this many more times from the context before its last turn (the env replayed to that point), and the
+    # continuations form a group of their own, which trains only their new turns: the final answer gets a
+    # group-relative signal conditioned on exactly what was read, even where the episodes' group tied. They
+    # share the episode's prefix KV states and its packed prefix in the update, so each costs about one turn.
+    # 0: off. Needs an env whose replies are fixed by its task and the actions (replay is checked).
+    branches: int = 0
     dynamic_max_rounds: int = 3
     vllm_url: str | None = None  # the server's base URL (or several, comma-separated); None starts servers
     vllm_servers: int = 1  # servers started per rank (data-parallel; a task sticks to one, for prefix-cache hits)
@@ -74,7 +81,7 @@ class RolloutConfig:
                                 ("env_workers", self.env_workers, 0), ("kv_keep_mb", self.kv_keep_mb, 0),
                                 ("vllm_servers", self.vllm_servers, 1), ("max_staleness", self.max_staleness, 0),
                                 ("sync_timeout_s", self.sync_timeout_s, 0),
-                                ("dynamic_max_rounds", self.dynamic_max_rounds, 1),
+                                ("dynamic_max_rounds", self.dynamic_max_rounds, 1), ("branches", self.branches, 0),
                                 ("temperature", self.temperature, 0)):
             if not value >= low:  # also refuses NaN
                 raise ValueError(f"rollout.{key} must be ≥ {low}, got {value}")
@@ -172,6 +179,9 @@ class TrainConfig:
                                  f"{self.algorithm.estimator!r}: use one of {', '.join(OUTCOME_ESTIMATORS)}")
             if self.rollout.max_staleness > 0:
                 raise ValueError("an agent run samples each step's groups, then trains: rollout.max_staleness 0")
+            if self.rollout.branches:
+                raise ValueError("rollout.branches replays an env to a turn of a recorded episode; an agent run has "
+                                 "no env to replay: set rollout.branches: 0")
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be ≥ 1, got {self.max_steps}")
         if self.task_limit is not None and self.task_limit < 1:
@@ -190,6 +200,9 @@ class TrainConfig:
                                  "nothing to learn from: it compares each episode with the others of its group, so "
                                  "every advantage is 0; set rollout.group_size to 2 or more")
         if rc.max_staleness > 0:
+            if rc.branches:
+                raise ValueError("rollout.branches continues each round's finished episodes before the update; "
+                                 "under rollout.max_staleness > 0 a step's groups come from a stream: set one to 0")
             if rc.zero_variance == "dynamic":
                 raise ValueError("rollout.max_staleness > 0 takes whole steps of groups from a stream; "
                                  "zero_variance: dynamic (sampling more groups in the same step) "

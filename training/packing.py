@@ -13,7 +13,9 @@ with the common prefix once (`layout`): the prefix runs causally, and each membe
 the prefix and, causally, to themselves, at the positions they have in the member (prefix length on).
 Under causal attention a prefix's states depend only on its tokens, so every member's hidden states (and,
 since the gathered prefix sums the gradient of each member, every parameter gradient) are those of its
-own full sequence, for the prefix's compute paid once instead of once per member.
+own full sequence, for the prefix's compute paid once instead of once per member. Prefixes nest: members
+that share more than the group's prompt (branches of one episode) lay that part out once inside it, and
+their own tokens attend to every prefix span on their path.
 """
 
 from __future__ import annotations
@@ -33,13 +35,13 @@ MIN_SHARED = 16
 
 @dataclass(frozen=True)
 class Layout:
-    """A packed row: its token ids and position ids, its attention blocks (queries [qa, qb) attend to the
-    prefix [pa, pb), all of it, and to themselves causally; pa == pb: no prefix), and for each input
-    sequence the row index of each of its tokens."""
+    """A packed row: its token ids and position ids, its attention blocks (queries [qa, qb) attend to each
+    prefix span [pa, pb) of `spans`, all of it, and to themselves causally; no spans: no prefix), and for
+    each input sequence the row index of each of its tokens."""
 
     ids: list[int]
     positions: list[int]
-    blocks: tuple[tuple[int, int, int, int], ...]
+    blocks: tuple[tuple[int, int, tuple[tuple[int, int], ...]], ...]
     sources: list[list[int]]
 
     @property
@@ -48,42 +50,48 @@ class Layout:
 
 
 def layout(seqs: Sequence[Sequence[int]], share: bool = True) -> Layout:
-    """Lay sequences out in one row; with `share`, each sequence joins the earlier group with which it has
-    the longest common prefix (≥ MIN_SHARED tokens, the group's prefix shrinking to it), and each group's
-    prefix is laid out once."""
+    """Lay sequences out in one row; with `share`, as a prefix tree: each sequence joins the earlier cluster
+    with which it has the longest common prefix (≥ MIN_SHARED tokens, the cluster's prefix shrinking to it),
+    each cluster's prefix is laid out once, and its members are laid out the same way after it. A GRPO
+    group shares its prompt; branches of one episode (`rollout.branches`) share the whole episode up to the
+    turn they branch at, inside the group's prompt."""
     arrays = [np.asarray(s) for s in seqs]
-    groups: list[tuple[int, list[int]]] = []  # (prefix length, members)
-    for i, a in enumerate(arrays):
-        best, shared = -1, 0
-        for g, (prefix, members) in enumerate(groups if share else []):
-            c = min(prefix, common_prefix(arrays[members[0]], a))
-            if c > shared:
-                best, shared = g, c
-        if shared >= MIN_SHARED:
-            groups[best] = (shared, [*groups[best][1], i])
-        else:
-            groups.append((len(a), [i]))
     ids: list[int] = []
     positions: list[int] = []
-    blocks: list[tuple[int, int, int, int]] = []
+    blocks: list[tuple[int, int, tuple[tuple[int, int], ...]]] = []
     sources: list[list[int]] = [[] for _ in seqs]
 
-    def lay(tokens: np.ndarray, first_position: int, prefix: tuple[int, int]) -> list[int]:
+    def lay(tokens: np.ndarray, first_position: int, spans: tuple[tuple[int, int], ...]) -> list[int]:
         start = len(ids)
         ids.extend(tokens.tolist())
         positions.extend(range(first_position, first_position + len(tokens)))
         if len(tokens):
-            blocks.append((start, len(ids), *prefix))
+            blocks.append((start, len(ids), spans))
         return list(range(start, len(ids)))
 
-    for prefix, members in groups:
-        if len(members) == 1:
-            sources[members[0]] = lay(arrays[members[0]], 0, (0, 0))
-            continue
-        shared = lay(arrays[members[0]][:prefix], 0, (0, 0))
-        span = (shared[0], shared[-1] + 1)
-        for m in members:
-            sources[m] = shared + lay(arrays[m][prefix:], prefix, span)
+    def place(members: list[int], depth: int, spans: tuple[tuple[int, int], ...]) -> None:
+        """Lay out `members`, which share their first `depth` tokens (already laid out: `spans`)."""
+        clusters: list[tuple[int, list[int]]] = []  # (common length past depth, members)
+        for i in members:
+            best, shared = -1, 0
+            for c, (common, held) in enumerate(clusters if share else []):
+                n = min(common, common_prefix(arrays[held[0]][depth:], arrays[i][depth:]))
+                if n > shared:
+                    best, shared = c, n
+            if shared >= MIN_SHARED:
+                clusters[best] = (shared, [*clusters[best][1], i])
+            else:
+                clusters.append((len(arrays[i]) - depth, [i]))
+        for common, held in clusters:
+            if len(held) == 1:
+                sources[held[0]] += lay(arrays[held[0]][depth:], depth, spans)
+                continue
+            laid = lay(arrays[held[0]][depth:depth + common], depth, spans)
+            for m in held:
+                sources[m] += laid
+            place(held, depth + common, (*spans, (laid[0], laid[-1] + 1)))
+
+    place(list(range(len(arrays))), 0, ())
     return Layout(ids, positions, tuple(blocks), sources)
 
 
@@ -131,15 +139,16 @@ def use_segment_attention(model: torch.nn.Module) -> bool:
 
 
 def _block(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-           block: tuple[int, int, int, int], dropout: float, scaling: float | None) -> torch.Tensor:
+           block: tuple[int, int, tuple[tuple[int, int], ...]], dropout: float, scaling: float | None) -> torch.Tensor:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    qa, qb, pa, pb = block
+    qa, qb, spans = block
     q, k, v = query[:, :, qa:qb], key[:, :, qa:qb], value[:, :, qa:qb]
-    if pa == pb:
+    if not spans:
         return sdpa_attention_forward(module, q, k, v, None, dropout=dropout, scaling=scaling, is_causal=True)[0]
-    n, p = qb - qa, pb - pa
+    n, p = qb - qa, sum(pb - pa for pa, pb in spans)
     mask = torch.ones(n, p + n, dtype=torch.bool, device=query.device)
     mask[:, p:] = torch.ones(n, n, dtype=torch.bool, device=query.device).tril()
-    return sdpa_attention_forward(module, q, torch.cat([key[:, :, pa:pb], k], 2), torch.cat([value[:, :, pa:pb], v], 2),
-                                  mask[None, None], dropout=dropout, scaling=scaling)[0]
+    keys = torch.cat([*(key[:, :, pa:pb] for pa, pb in spans), k], 2)
+    values = torch.cat([*(value[:, :, pa:pb] for pa, pb in spans), v], 2)
+    return sdpa_attention_forward(module, q, keys, values, mask[None, None], dropout=dropout, scaling=scaling)[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,10 +32,15 @@ class StepPart:
     zero_var: dict[str, int]  # groups whose members all scored alike: "correct" / "wrong"
     no_signal_groups: int
     gen_tokens: int
-    failed: int
+    failed: int  # episodes; a failed branch counts in branch_failed
     dropped_failed: int
     reissued: int
     stream: StreamStats | None  # asynchronous training: what the stream's take dropped and how stale it was
+    # `rollout.branches`: each branch that did not fail (the episodes' metrics above leave branches out)
+    branch_rewards: list[float] = field(default_factory=list)
+    branch_groups: int = 0
+    branch_no_signal: int = 0
+    branch_failed: int = 0
 
 
 def step_row(parts: list[StepPart], times: dict[str, float], sync: dict[str, float], rollout_is: bool,
@@ -95,6 +100,12 @@ def step_row(parts: list[StepPart], times: dict[str, float], sync: dict[str, flo
     row["episodes/failed"] = sum(p.failed for p in parts)
     row["groups/dropped_failed"] = sum(p.dropped_failed for p in parts)
     row["groups/reissued"] = sum(p.reissued for p in parts)
+    branch_rewards = [x for p in parts for x in p.branch_rewards]
+    if branch_rewards or any(p.branch_groups or p.branch_failed for p in parts):  # rollout.branches
+        row["branches/sampled"] = len(branch_rewards) + sum(p.branch_failed for p in parts)
+        row.update(describe("branches/reward", branch_rewards, ("mean",)))
+        n_branch = sum(p.branch_groups for p in parts)
+        row["branches/no_signal"] = sum(p.branch_no_signal for p in parts) / max(n_branch, 1)
     row["length/correct"] = mean([x for p in parts for x in p.length_correct])
     row["length/wrong"] = mean([x for p in parts for x in p.length_wrong])
     row["truncation_rate"] = mean([x for p in parts for x in p.truncated], 0.0)

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from sleuth.agents.requests import WeightsGate
+from sleuth.agents.scheduler import Branch
 from sleuth.agents.trajectory import Trajectory
 from sleuth.tasks.base import Task
 from sleuth.training import checkpoint
@@ -173,7 +174,8 @@ class Trainer:
         kept, seen = got.kept, got.seen
         self._write_rollouts(step, seen)
         self._check_failures(step, seen)
-        ok = [t for t in seen if not t.failed]  # a failed episode has no outcome: no reward metric counts it
+        ok = [t for t in seen if not t.failed and not t.branch_at]  # a failed episode has no outcome
+        branched = [t for t in seen if not t.failed and t.branch_at]
         t2 = time.perf_counter()
         t1 = t2 - got.reward_s
         advantages = got.advantages
@@ -192,9 +194,12 @@ class Trainer:
             components={**components(ok), **got.estimator_metrics},
             # per policy token, the advantage the loss used (for gear_mix: the mixed one, from the update)
             adv=upd.mixed_adv or [float(x) for a in advantages for x in np.asarray(a).reshape(-1)],
-            groups=len(groups(seen)), zero_var=dict(got.zero_var), no_signal_groups=got.no_signal_groups,
-            gen_tokens=sum(t.num_policy_tokens for t in seen), failed=len(seen) - len(ok),
-            dropped_failed=got.dropped_failed, reissued=got.reissued, stream=got.stream)
+            groups=len(groups([t for t in seen if not t.branch_at])), zero_var=dict(got.zero_var),
+            no_signal_groups=got.no_signal_groups, gen_tokens=sum(t.num_policy_tokens for t in seen),
+            failed=sum(t.failed and not t.branch_at for t in seen),
+            dropped_failed=got.dropped_failed, reissued=got.reissued, stream=got.stream,
+            branch_rewards=[t.reward for t in branched], branch_groups=got.branch_groups,
+            branch_no_signal=got.branch_no_signal, branch_failed=sum(t.failed and t.branch_at > 0 for t in seen))
         # step_cpu: this process's CPU seconds over the step, all its threads (episodes per CPU-minute is
         # what a CPU run is limited by); a vLLM server's own are not in it
         times = {"rollout": t1 - t0, "reward": t2 - t1, "update": t3 - t2, "sync": t4 - t3,
@@ -296,8 +301,13 @@ class Trainer:
             failed = got.take(trajs)
             if failed and self.stream is None:  # an infrastructure failure: those tasks are sampled once more
                 got.reissued += len(failed)
-                got.take(self._rollout_round(step, round_, failed, reissue=True))
-            if rc.zero_variance != "dynamic" or all_sum(len(groups(got.kept))) >= rc.tasks_per_step:
+                again = self._rollout_round(step, round_, failed, reissue=True)
+                got.take(again)
+                trajs = trajs + again
+            if rc.branches:
+                got.take(self._branch_round(step, round_, trajs))
+            if rc.zero_variance != "dynamic" or all_sum(len(groups([t for t in got.kept if not t.branch_at]))) \
+                    >= rc.tasks_per_step:
                 break
         return got
 
@@ -332,7 +342,33 @@ class Trainer:
             t.group = f"{t.task_id}@{step}.{label}"
         return trajs
 
+    def _branch_round(self, step: int, round_: int, trajs: list[Trajectory]) -> list[Trajectory]:
+        """`rollout.branches` continuations of each episode of `trajs` that ended on its own after two or more
+        turns, from the context before its last turn; each episode's branches are a group of their own."""
+        from sleuth.agents.loop import run_episodes
+        from sleuth.agents.policy import SamplingParams
+
+        rc, cfg = self.cfg.rollout, self.cfg
+        points = branch_points(trajs, self.tasks_by_id)
+        if not points:
+            return []
+        seed = (cfg.seed * 1_000_003 + step * 1009 + round_ * 31 + 4099 + self.rank) % (2**31)
+        sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
+        out = list(run_episodes(self.make_env, [b for b in points for _ in range(rc.branches)], self.rollout.policy,
+                                sampling, rc.concurrency, env_id=cfg.env, env_workers=rc.env_workers))
+        diverged = next((t for t in out if t.stop_reason == "replay_error"), None)
+        if diverged is not None:
+            raise ConfigError(f"rollout.branches: {diverged.error}; env {cfg.env} needs rollout.branches: 0")
+        return out
+
     # -- metrics --------------------------------------------------------------------------------------
+
+
+def branch_points(trajs: Sequence[Trajectory], tasks: dict[str, Task]) -> list[Branch]:
+    """Where `rollout.branches` continues a round's episodes: before the last turn of each that ended on its own
+    (terminated, not failed, not cut by a budget) after two or more turns, one branch group per episode."""
+    return [Branch(t, tasks[t.task_id], len(t.turns) - 1, group=f"{t.group}^{i}")
+            for i, t in enumerate(trajs) if not t.failed and t.terminated and len(t.turns) > 1]
 
 
 def _gather(obj: T) -> list[T]:
