@@ -40,8 +40,8 @@ class Branch:
     group: str = ""  # the branch's group key (default: the task id)
 
     def __post_init__(self) -> None:
-        if not 0 < self.at <= len(self.of.turns):
-            raise ValueError(f"a branch point must be after one of the episode's {len(self.of.turns)} turns, "
+        if not 0 < self.at < len(self.of.turns):  # a branch samples again from a recorded turn on
+            raise ValueError(f"a branch point must lie between two of the episode's {len(self.of.turns)} turns, "
                              f"got {self.at}")
 
 

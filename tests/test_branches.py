@@ -67,9 +67,9 @@ def test_a_branch_of_an_env_that_replies_otherwise_fails_and_is_never_scored(hot
     assert got.group == "g" and got.branch_at == len(of.turns) - 1 and not got.turns and got.verdict is None
 
 
-def test_a_branch_point_lies_after_a_recorded_turn(hotpot_tasks, recorded):
+def test_a_branch_point_lies_between_two_recorded_turns(hotpot_tasks, recorded):
     of = recorded[hotpot_tasks[0].id]
-    for at in (0, len(of.turns) + 1):
+    for at in (0, len(of.turns), len(of.turns) + 1):  # after the last turn there is nothing to sample again
         with pytest.raises(ValueError, match="branch point"):
             Branch(of, hotpot_tasks[0], at)
 
