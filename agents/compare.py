@@ -15,8 +15,9 @@ from sleuth.agents.trajectory import Trajectory
 # The verifier's numbers, then two of the episode's own: the share of its turns that were invalid tool calls
 # (averaged per task, so its mean is a run's `tool_error_rate_episodes`), and whether it ended by answering (1)
 # or ran out of budget (0); and whether a document it read held the answer (paired on the tasks where both runs
-# read a document and the answer can be a span).
-METRICS = ("score", "em", "f1", "support_recall", "answer_read", "all_passed", "tool_error_share", "answered")
+# read a document and the answer can be a span), and whether its answer was the title of a document it was shown.
+METRICS = ("score", "em", "f1", "support_recall", "answer_read", "title_answer", "all_passed", "tool_error_share",
+           "answered")
 
 
 def per_task(trajs: list[Trajectory]) -> dict[str, dict[str, float]]:

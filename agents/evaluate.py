@@ -29,6 +29,7 @@ from sleuth.agents.trajectory import Trajectory
 from sleuth.net import retry_counts
 from sleuth.rundir import RunDirLock
 from sleuth.tasks.base import Task
+from sleuth.verifiers.qa import normalize_answer
 
 
 def load_trajectories(path: Path) -> list[Trajectory]:
@@ -75,6 +76,11 @@ def episode_metrics(t: Trajectory, *segments: Trajectory) -> dict[str, float]:
     known = [r.answer for r in reads if r.shown and r.answer is not None]
     if known:  # defined where a shown document could hold the answer as a span (not for yes/no answers)
         m["answer_read"] = float(any(known))
+    titles = {normalize_answer(r.title) for r in reads if r.shown and r.title}
+    prediction = t.verdict.details.get("prediction") if t.verdict else None
+    if titles and isinstance(prediction, str) and normalize_answer(prediction):
+        # a small reader's shortcut: answering with the name of a document it was shown, not a span inside it
+        m["title_answer"] = float(normalize_answer(prediction) in titles)
     m.update(
         turns=float(len(turns)),
         tool_errors=float(sum(turn.error is not None for turn in turns)),
@@ -91,7 +97,8 @@ def summarise(trajs: Sequence[Trajectory], wall_time_s: float, meta: dict[str, A
     episodes (`Trajectory.failed`: no answer) are counted apart in `n_failed` and score nothing. Where reads
     report whether they held the answer, `answer_read_rate` is the share of the episodes that read anything
     whose shown documents held it, and `score_when_answer_read` their mean score: reading and extracting the
-    answer, apart. Two tool-call
+    answer, apart; `title_answer_rate` is the share of the answers (of episodes shown a titled document) that
+    are the title of a document shown, not a span inside one. Two tool-call
     error rates, because they answer different questions: `tool_error_rate_turns` pools every turn of the run
     (invalid calls / turns), and `tool_error_rate_episodes` averages each episode's own share (what
     `sleuth compare` pairs by task). Agent runs add their calls, segments and splits per episode."""
@@ -108,7 +115,7 @@ def summarise(trajs: Sequence[Trajectory], wall_time_s: float, meta: dict[str, A
     summary: dict[str, Any] = {**meta, "n": n, "n_failed": len(groups) - n,
                                "n_prompt_too_long": sum(g[0].stop_reason == "prompt_too_long" for g in ok_groups)}
     skip = {"reads", "gold_reads", "rereads", "turns", "tool_errors", "answered", "policy_tokens", "total_tokens",
-            "tool_error_share", "answer_read"}
+            "tool_error_share", "answer_read", "title_answer"}
     summary.update({k: mean(k) for k in keys if k not in skip})
     if any(turn.read for t in ok for turn in t.turns) or meta.get("env", "").endswith("DocRead-v0"):
         summary.update(mean_reads=mean("reads"), mean_gold_reads=mean("gold_reads"), mean_rereads=mean("rereads"))
@@ -117,6 +124,9 @@ def summarise(trajs: Sequence[Trajectory], wall_time_s: float, meta: dict[str, A
         held = [r["score"] for r in known if r["answer_read"]]
         summary.update(answer_read_rate=round(sum(r["answer_read"] for r in known) / len(known), 4),
                        score_when_answer_read=round(sum(held) / len(held), 4) if held else 0.0)
+    titled = [r["title_answer"] for r in rows if "title_answer" in r]
+    if titled:
+        summary["title_answer_rate"] = round(sum(titled) / len(titled), 4)
     turns = sum(r["turns"] for r in rows)
     summary.update(
         mean_turns=mean("turns"),

@@ -161,3 +161,26 @@ def test_answer_read_splits_reading_from_extracting_by_hand():
 
     assert per_task(b)["a"]["answer_read"] == 0.0 and per_task(b)["b"]["answer_read"] == 1.0
     assert "answer_read" not in per_task(b)["d"]
+
+
+def test_title_answer_says_whether_the_answer_was_the_name_of_a_document_shown():
+    from sleuth.agents.compare import per_task
+    from sleuth.agents.evaluate import summarise
+    from sleuth.agents.trajectory import ReadEvent, Turn
+
+    def episode(task_id, prediction, *reads):
+        turns = [Turn([1], [0.0], "read", read=ReadEvent(i, title=title, shown=shown))
+                 for i, (title, shown) in enumerate(reads)]
+        return Trajectory(task_id, "env", [], turns=turns, terminated=True,
+                          verdict=Verdict(0.0, {"f1": 0.0, "prediction": prediction}))
+
+    trajs = [episode("a", "the GameFan!", ("GameFan", True)),  # the title, up to case, article and punctuation
+             episode("b", "1978", ("GameFan", True), ("Hot Lead and Cold Feet", True)),  # a span, not a title
+             episode("c", "Red Herring", ("GameFan", True), ("Red Herring", False)),  # never shown: not a title
+             episode("d", "GameFan"),  # read nothing: undefined
+             episode("e", "", ("GameFan", True))]  # no answer: undefined
+    s = summarise(trajs, 1.0, {})
+    assert s["title_answer_rate"] == pytest.approx(1 / 3, abs=1e-4) and "title_answer" not in s
+    m = per_task(trajs)
+    assert [m[k]["title_answer"] for k in "abc"] == [1.0, 0.0, 0.0]
+    assert "title_answer" not in m["d"] and "title_answer" not in m["e"]
