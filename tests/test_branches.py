@@ -94,23 +94,33 @@ def test_branch_groups_train_and_are_counted_apart_and_a_failed_one_is_not_sampl
     branches = [traj("e^0", 1.0, 1), traj("e^0", 0.0, 1), traj("e^1", 1.0, 1), traj("e^1", 0.0, 1, "replay failed")]
     assert got.take(episodes) == [] and got.take(branches) == []
     assert got.zero_var == {"wrong": 1} and got.no_signal_groups == 1
-    assert got.branch_groups == 1 and got.branch_no_signal == 0 and got.dropped_failed == 1
+    assert got.branches.groups == 1 and got.branches.no_signal == 0 and got.dropped_failed == 1
+    assert sorted(got.branches.rewards) == [0.0, 1.0, 1.0] and got.branches.failed == 1 and got.demos.groups == 0
     assert got.kept == branches[:2]
     assert [float(a[0]) for a in got.advantages] == pytest.approx([1 / np.sqrt(2), -1 / np.sqrt(2)], rel=1e-5)
+    # branches of a demonstrator's episodes: judged alike, counted in their own kind; a tied group has no signal
+    demos = [traj("d^demo", 0.5, 2), traj("d^demo", 0.0, 2), traj("f^demo", 1.0, 2), traj("f^demo", 1.0, 2)]
+    assert got.take(demos, demos=True) == []
+    assert (got.demos.groups, got.demos.no_signal, got.demos.rewards) == (2, 1, [0.5, 0.0, 1.0, 1.0])
+    assert got.branches.groups == 1 and got.zero_var == {"wrong": 1} and got.no_signal_groups == 1
+    assert got.kept == branches[:2] + demos[:2]
 
 
 def test_the_step_row_reports_branches_beside_the_episodes():
-    from sleuth.training.step_metrics import StepPart, step_row
+    from sleuth.training.step_metrics import BranchCount, StepPart, step_row
     from sleuth.training.update import UpdateStats
 
     part = StepPart(update=UpdateStats(grad_norm=1.0, optimizer_steps=1, train_tokens=10), rewards=[0.0, 1.0],
                     truncated=[0.0, 0.0], success=[0.0, 1.0], length_correct=[5], length_wrong=[5], components={},
                     adv=[0.5], groups=1, zero_var={}, no_signal_groups=0, gen_tokens=20, failed=0, dropped_failed=1,
-                    reissued=0, stream=None, branch_rewards=[1.0, 0.0, 0.5], branch_groups=2, branch_no_signal=1,
-                    branch_failed=1)
+                    reissued=0, stream=None, branches=BranchCount([1.0, 0.0, 0.5], groups=2, no_signal=1, failed=1))
     row = step_row([part], {"rollout": 1.0, "update": 1.0}, {}, False, 1, 2)
     assert row["episodes/sampled"] == 2 and row["reward/mean"] == 0.5
     assert row["branches/sampled"] == 4 and row["branches/reward/mean"] == 0.5 and row["branches/no_signal"] == 0.5
+    assert not any(k.startswith("demos/") for k in row)  # a run without demonstration starts shows none
+    part.demos = BranchCount([0.25, 0.75], groups=1)
+    row = step_row([part, part], {"rollout": 1.0, "update": 1.0}, {}, False, 1, 2)
+    assert row["demos/sampled"] == 4 and row["demos/reward/mean"] == 0.5 and row["demos/no_signal"] == 0.0
 
 
 def test_branches_are_refused_where_there_is_nothing_to_replay_or_no_step_to_wait_for():
@@ -122,6 +132,12 @@ def test_branches_are_refused_where_there_is_nothing_to_replay_or_no_step_to_wai
         TrainConfig(rollout=RolloutConfig(branches=2, max_staleness=1))
     with pytest.raises(ValueError, match="rollout.branches must be"):
         RolloutConfig(branches=-1)
+    with pytest.raises(ValueError, match="no env to replay: set rollout.demo_branches: 0"):
+        TrainConfig(agent=AgentConfig(entrypoint="m:f"), rollout=RolloutConfig(demo_branches=2))
+    with pytest.raises(ValueError, match="stream"):
+        TrainConfig(rollout=RolloutConfig(demo_branches=2, max_staleness=1))
+    with pytest.raises(ValueError, match="rollout.demo_branches must be"):
+        RolloutConfig(demo_branches=-1)
 
 
 def test_an_episodes_branches_meet_it_in_one_micro_batch_and_add_only_their_own_tokens():
@@ -162,3 +178,56 @@ def test_branch_points_are_the_last_turns_of_episodes_that_ended_on_their_own(ho
     points = branch_points([one_turn, done, cut, failed, done], {task.id: task})
     assert [(p.at, p.group) for p in points] == [(len(done.turns) - 1, f"{done.group}^1"),
                                                   (len(done.turns) - 1, f"{done.group}^4")]
+
+
+def test_demo_branches_answer_from_where_the_demonstrator_read_and_train_only_their_answer(tiny_model_dir, tmp_path,
+                                                                                          hotpot_tasks):
+    """`rollout.demo_branches: 3` with `oracle-title`: each task of the step gets a group of 3 continuations from
+    the demonstration's context before its answer (its reads done), the demonstration's tokens never train, and
+    the step counts them apart from its episodes."""
+    import json
+
+    from sleuth.agents.policy import SamplingParams
+    from sleuth.agents.trajectory import Trajectory
+    from sleuth.training.config import load_config
+    from sleuth.training.trainer import Trainer
+
+    cfg = load_config(overrides={
+        "model": tiny_model_dir, "out": str(tmp_path / "run"), "env_args": {"harness": "text"}, "task_limit": 24,
+        "rollout.max_tokens": 12, "rollout.tasks_per_step": 2, "rollout.group_size": 2, "rollout.temperature": 0.7,
+        "rollout.demo_branches": 3, "rollout.demonstrator": "oracle-title", "checkpoint.export_hf": False,
+        "tensorboard": False, "max_steps": 1})
+    trainer = Trainer(cfg, progress=False)
+    row = trainer.train()[0]
+    assert row["episodes/sampled"] == 4 and row["demos/sampled"] == 6 and "branches/sampled" not in row
+    trajs = [json.loads(line) for line in (tmp_path / "run/rollouts/step-000001.rank0.jsonl").read_text().splitlines()]
+    demos = [Trajectory.from_dict(t) for t in trajs if t["group"].endswith("^demo")]
+    assert len(demos) == 6 and len({t.group for t in demos}) == 2 and len(trajs) == 10
+    tasks = {t.id: t for t in trainer.tasks}
+    shown = {t.task_id: t for t in run_episodes(_docread, [tasks[d.task_id] for d in demos[::3]],
+                                               load_policy("oracle-title", tiny_model_dir),
+                                               SamplingParams(temperature=0.0))}
+    for d in demos:
+        of = shown[d.task_id]
+        assert len(of.turns) > 1 and d.branch_at == len(of.turns) - 1
+        context = of.prompt_ids + [i for t in of.turns[:-1] for i in (*t.action_ids, *t.observation_ids)]
+        assert d.prompt_ids == context  # the demonstrator's reads are the context ...
+        assert sum(d.loss_mask()) == sum(len(t.action_ids) for t in d.turns)  # ... and only the policy's turns train
+        assert not d.failed
+
+
+def test_a_demonstrator_that_is_not_one_or_ends_no_episode_after_a_read_is_refused(tiny_model_dir, tmp_path):
+    from sleuth.training.config import ConfigError, load_config
+    from sleuth.training.trainer import Trainer
+
+    def cfg(demonstrator: str, out: str):
+        return load_config(overrides={
+            "model": tiny_model_dir, "out": str(tmp_path / out), "env_args": {"harness": "text"}, "task_limit": 4,
+            "rollout.max_tokens": 8, "rollout.group_size": 2, "rollout.demo_branches": 2,
+            "rollout.demonstrator": demonstrator, "checkpoint.export_hf": False, "tensorboard": False})
+
+    with pytest.raises(ConfigError, match="rollout.demonstrator: .*did you mean 'oracle-title'"):
+        Trainer(cfg("oracle-titel", "typo"), progress=False)
+    noop = Trainer(cfg("noop", "noop"), progress=False)  # it answers at once: no state before its last turn
+    with pytest.raises(ConfigError, match="'noop' ended no episode of DocRead-v0 after two or more turns"):
+        noop.collect(1)

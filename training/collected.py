@@ -5,8 +5,9 @@ only. A group has no learning signal when every advantage the estimator gives it
 the advantages, not the outcome rewards, so a group whose members scored alike but read differently still
 trains under a step-reward estimator (`info_gain`, `gigpo`, `gear_mix`); `keep_no_signal` says whether
 such groups train anyway (`rollout.zero_variance: keep`). Every estimator sleuth ships is group-local, so
-advantages taken round by round are the advantages of the whole step. Branch groups (`rollout.branches`)
-are judged alike and counted apart: the zero-variance shares describe the episodes' groups."""
+advantages taken round by round are the advantages of the whole step. Branch groups (`rollout.branches`,
+and `rollout.demo_branches`: branches of a demonstrator's episodes) are judged alike and counted apart, each
+kind in its own `BranchCount`: the zero-variance shares describe the episodes' groups."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from sleuth.rewards.base import Estimator, groups
 from sleuth.rewards.episodes import per_episode
 from sleuth.tasks.base import Task
 from sleuth.training.async_rollout import StreamStats
+from sleuth.training.step_metrics import BranchCount
 
 
 @dataclass
@@ -35,28 +37,37 @@ class Collected:
     estimator_metrics: dict[str, list[float]] = field(default_factory=dict)  # the estimator's, every round's
     zero_var: Counter = field(default_factory=Counter)  # groups whose outcome rewards are all alike: correct / wrong
     no_signal_groups: int = 0  # groups whose every advantage is 0
-    branch_groups: int = 0  # groups of branches (`rollout.branches`), and of them those with no signal
-    branch_no_signal: int = 0
+    branches: BranchCount = field(default_factory=BranchCount)  # `rollout.branches`
+    demos: BranchCount = field(default_factory=BranchCount)  # `rollout.demo_branches`
     stream: StreamStats | None = None  # what the rollout stream reports (None without one)
     dropped_failed: int = 0  # groups left out because a member failed
     reissued: int = 0  # of those, the tasks sampled once more in the same step
     reward_s: float = 0.0  # seconds spent in the estimator
 
-    def take(self, trajs: list[Trajectory]) -> list[Task]:
-        """A round's trajectories in; the tasks of its groups left out for a failed episode."""
+    def take(self, trajs: list[Trajectory], demos: bool = False) -> list[Task]:
+        """A round's trajectories in (`demos`: branches of a demonstrator's episodes); the tasks of its groups of
+        episodes left out for a failed episode."""
         self.seen += trajs
         whole, failed = [], []
         for idx in groups(trajs).values():
             if any(trajs[i].failed for i in idx):
                 self.dropped_failed += 1
-                if not trajs[idx[0]].branch_at:  # a branch group is not sampled again: its episode was
+                count = self._count(trajs[idx[0]], demos)
+                if count is None:
                     failed.append(self.tasks[trajs[idx[0]].task_id])
+                else:  # a branch group is not sampled again: its episode was
+                    count.failed += sum(trajs[i].failed for i in idx)
+                    count.rewards += [trajs[i].reward for i in idx if not trajs[i].failed]
             else:
                 whole.append([trajs[i] for i in idx])
-        self._judge(whole)
+        self._judge(whole, demos)
         return failed
 
-    def _judge(self, whole: list[list[Trajectory]]) -> None:
+    def _count(self, member: Trajectory, demos: bool) -> BranchCount | None:
+        """Where a group of `member`'s kind is counted: None for a group of episodes."""
+        return self.demos if demos else self.branches if member.branch_at else None
+
+    def _judge(self, whole: list[list[Trajectory]], demos: bool) -> None:
         """Advantages for a round's intact groups; each group kept unless it has no learning signal and such
         groups are left out."""
         flat = [t for g in whole for t in g]
@@ -72,13 +83,17 @@ class Collected:
             advs = est.values[at:at + len(members)]
             at += len(members)
             rewards = [t.reward for t in members]
-            branch = members[0].branch_at > 0
-            self.branch_groups += branch
-            if max(rewards) - min(rewards) < 1e-9 and not branch:
+            count = self._count(members[0], demos)
+            if count is not None:
+                count.groups += 1
+                count.rewards += rewards
+            elif max(rewards) - min(rewards) < 1e-9:
                 self.zero_var["correct" if rewards[0] > 0 else "wrong"] += 1
             if not any(np.asarray(a).size and float(np.abs(a).max()) > 1e-9 for a in advs):
-                self.branch_no_signal += branch
-                self.no_signal_groups += not branch
+                if count is not None:
+                    count.no_signal += 1
+                else:
+                    self.no_signal_groups += 1
                 if not self.keep_no_signal:
                     continue
             self.kept += members

@@ -64,6 +64,14 @@ class RolloutConfig:
     # share the episode's prefix KV states and its packed prefix in the update, so each costs about one turn.
     # 0: off. Needs an env whose replies are fixed by its task and the actions (replay is checked).
     branches: int = 0
+    # Demonstration starts (a reverse curriculum: start states taken from demonstrations, nearest the goal first):
+    # each task of a round is also played by the scripted `demonstrator` (on DocRead `oracle-title` reads the
+    # supporting documents by title), and the policy samples this many continuations from before the
+    # demonstration's last turn, a group of their own that trains only their new turns: the final answer gets a
+    # group-relative signal from the context the reading should have reached. The demonstration itself never
+    # trains. They count apart (`demos/*`), as branches do. 0: off. Needs an env that replays, as branches do.
+    demo_branches: int = 0
+    demonstrator: str = "oracle"  # a scripted policy (sleuth.agents.policies.SCRIPTED_POLICIES)
     dynamic_max_rounds: int = 3
     vllm_url: str | None = None  # the server's base URL (or several, comma-separated); None starts servers
     vllm_servers: int = 1  # servers started per rank (data-parallel; a task sticks to one, for prefix-cache hits)
@@ -82,6 +90,7 @@ class RolloutConfig:
                                 ("vllm_servers", self.vllm_servers, 1), ("max_staleness", self.max_staleness, 0),
                                 ("sync_timeout_s", self.sync_timeout_s, 0),
                                 ("dynamic_max_rounds", self.dynamic_max_rounds, 1), ("branches", self.branches, 0),
+                                ("demo_branches", self.demo_branches, 0),
                                 ("temperature", self.temperature, 0)):
             if not value >= low:  # also refuses NaN
                 raise ValueError(f"rollout.{key} must be ≥ {low}, got {value}")
@@ -179,9 +188,10 @@ class TrainConfig:
                                  f"{self.algorithm.estimator!r}: use one of {', '.join(OUTCOME_ESTIMATORS)}")
             if self.rollout.max_staleness > 0:
                 raise ValueError("an agent run samples each step's groups, then trains: rollout.max_staleness 0")
-            if self.rollout.branches:
-                raise ValueError("rollout.branches replays an env to a turn of a recorded episode; an agent run has "
-                                 "no env to replay: set rollout.branches: 0")
+            for key, n in (("branches", self.rollout.branches), ("demo_branches", self.rollout.demo_branches)):
+                if n:
+                    raise ValueError(f"rollout.{key} replays an env to a turn of a recorded episode; an agent run "
+                                     f"has no env to replay: set rollout.{key}: 0")
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be ≥ 1, got {self.max_steps}")
         if self.task_limit is not None and self.task_limit < 1:
@@ -200,9 +210,11 @@ class TrainConfig:
                                  "nothing to learn from: it compares each episode with the others of its group, so "
                                  "every advantage is 0; set rollout.group_size to 2 or more")
         if rc.max_staleness > 0:
-            if rc.branches:
-                raise ValueError("rollout.branches continues each round's finished episodes before the update; "
-                                 "under rollout.max_staleness > 0 a step's groups come from a stream: set one to 0")
+            for key, n in (("branches", rc.branches), ("demo_branches", rc.demo_branches)):
+                if n:
+                    raise ValueError(f"rollout.{key} samples more groups from each round's tasks before the update; "
+                                     "under rollout.max_staleness > 0 a step's groups come from a stream: set one "
+                                     "to 0")
             if rc.zero_variance == "dynamic":
                 raise ValueError("rollout.max_staleness > 0 takes whole steps of groups from a stream; "
                                  "zero_variance: dynamic (sampling more groups in the same step) "

@@ -17,6 +17,18 @@ from sleuth.training.update import UpdateStats
 
 
 @dataclass
+class BranchCount:
+    """One rank's groups of branches of one kind (`rollout.branches`, `rollout.demo_branches`) over a step: the
+    reward of each branch that did not fail, the groups judged, those of them with no learning signal, and the
+    branches that failed."""
+
+    rewards: list[float] = field(default_factory=list)
+    groups: int = 0
+    no_signal: int = 0
+    failed: int = 0
+
+
+@dataclass
 class StepPart:
     """One rank's share of a training step, gathered from every rank into the step's row."""
 
@@ -32,15 +44,13 @@ class StepPart:
     zero_var: dict[str, int]  # groups whose members all scored alike: "correct" / "wrong"
     no_signal_groups: int
     gen_tokens: int
-    failed: int  # episodes; a failed branch counts in branch_failed
+    failed: int  # episodes; a failed branch counts in its `BranchCount`
     dropped_failed: int
     reissued: int
     stream: StreamStats | None  # asynchronous training: what the stream's take dropped and how stale it was
-    # `rollout.branches`: each branch that did not fail (the episodes' metrics above leave branches out)
-    branch_rewards: list[float] = field(default_factory=list)
-    branch_groups: int = 0
-    branch_no_signal: int = 0
-    branch_failed: int = 0
+    # the episodes' metrics above leave branches out: these count them (`rollout.branches`, `rollout.demo_branches`)
+    branches: BranchCount = field(default_factory=BranchCount)
+    demos: BranchCount = field(default_factory=BranchCount)
 
 
 def step_row(parts: list[StepPart], times: dict[str, float], sync: dict[str, float], rollout_is: bool,
@@ -100,12 +110,12 @@ def step_row(parts: list[StepPart], times: dict[str, float], sync: dict[str, flo
     row["episodes/failed"] = sum(p.failed for p in parts)
     row["groups/dropped_failed"] = sum(p.dropped_failed for p in parts)
     row["groups/reissued"] = sum(p.reissued for p in parts)
-    branch_rewards = [x for p in parts for x in p.branch_rewards]
-    if branch_rewards or any(p.branch_groups or p.branch_failed for p in parts):  # rollout.branches
-        row["branches/sampled"] = len(branch_rewards) + sum(p.branch_failed for p in parts)
-        row.update(describe("branches/reward", branch_rewards, ("mean",)))
-        n_branch = sum(p.branch_groups for p in parts)
-        row["branches/no_signal"] = sum(p.branch_no_signal for p in parts) / max(n_branch, 1)
+    for name, counts in (("branches", [p.branches for p in parts]), ("demos", [p.demos for p in parts])):
+        rewards = [x for c in counts for x in c.rewards]
+        if rewards or any(c.groups or c.failed for c in counts):  # only where the run samples that kind
+            row[f"{name}/sampled"] = len(rewards) + sum(c.failed for c in counts)
+            row.update(describe(f"{name}/reward", rewards, ("mean",)))
+            row[f"{name}/no_signal"] = sum(c.no_signal for c in counts) / max(sum(c.groups for c in counts), 1)
     row["length/correct"] = mean([x for p in parts for x in p.length_correct])
     row["length/wrong"] = mean([x for p in parts for x in p.length_wrong])
     row["truncation_rate"] = mean([x for p in parts for x in p.truncated], 0.0)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from sleuth.agents.policy import Policy
 from sleuth.agents.requests import WeightsGate
 from sleuth.agents.scheduler import Branch
 from sleuth.agents.trajectory import Trajectory
@@ -92,6 +93,7 @@ class Trainer:
             self.estimator.check_policy(self.tokenizer)
         except ValueError as e:
             raise ConfigError(f"algorithm.estimator {cfg.algorithm.estimator!r}: {e}") from None
+        self.demonstrator = _demonstrator(cfg, self.tokenizer) if cfg.rollout.demo_branches else None
         self.mismatch_warned = False
         self.no_signal_steps: list[int] = []
         temperature = cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0
@@ -175,7 +177,6 @@ class Trainer:
         self._write_rollouts(step, seen)
         self._check_failures(step, seen)
         ok = [t for t in seen if not t.failed and not t.branch_at]  # a failed episode has no outcome
-        branched = [t for t in seen if not t.failed and t.branch_at]
         t2 = time.perf_counter()
         t1 = t2 - got.reward_s
         advantages = got.advantages
@@ -198,8 +199,7 @@ class Trainer:
             no_signal_groups=got.no_signal_groups, gen_tokens=sum(t.num_policy_tokens for t in seen),
             failed=sum(t.failed and not t.branch_at for t in seen),
             dropped_failed=got.dropped_failed, reissued=got.reissued, stream=got.stream,
-            branch_rewards=[t.reward for t in branched], branch_groups=got.branch_groups,
-            branch_no_signal=got.branch_no_signal, branch_failed=sum(t.failed and t.branch_at > 0 for t in seen))
+            branches=got.branches, demos=got.demos)
         # step_cpu: this process's CPU seconds over the step, all its threads (episodes per CPU-minute is
         # what a CPU run is limited by); a vLLM server's own are not in it
         times = {"rollout": t1 - t0, "reward": t2 - t1, "update": t3 - t2, "sync": t4 - t3,
@@ -306,6 +306,8 @@ class Trainer:
                 trajs = trajs + again
             if rc.branches:
                 got.take(self._branch_round(step, round_, trajs))
+            if rc.demo_branches:  # the config refuses them under a stream
+                got.take(self._demo_round(step, round_, chosen), demos=True)
             if rc.zero_variance != "dynamic" or all_sum(len(groups([t for t in got.kept if not t.branch_at]))) \
                     >= rc.tasks_per_step:
                 break
@@ -361,6 +363,30 @@ class Trainer:
             raise ConfigError(f"rollout.branches: {diverged.error}; env {cfg.env} needs rollout.branches: 0")
         return out
 
+    def _demo_round(self, step: int, round_: int, chosen: list[Task]) -> list[Trajectory]:
+        """`rollout.demo_branches` continuations of the demonstrator's episode of each task of `chosen`, from
+        before its last turn (an episode that ended on its own after two or more turns); each a group."""
+        from sleuth.agents.loop import run_episodes
+        from sleuth.agents.policy import SamplingParams
+
+        rc, cfg = self.cfg.rollout, self.cfg
+        shown = run_episodes(self.make_env, chosen, self.demonstrator, SamplingParams(temperature=0.0),
+                             rc.concurrency, env_id=cfg.env, env_workers=rc.env_workers)
+        points = [Branch(b.of, b.task, b.at, group=f"{b.of.task_id}@{step}.{round_}^demo")
+                  for b in branch_points(list(shown), self.tasks_by_id)]
+        if chosen and not points:
+            raise ConfigError(f"rollout.demonstrator {rc.demonstrator!r} ended no episode of {cfg.env} after two or "
+                              "more turns: there is no state before its last turn to start from")
+        seed = (cfg.seed * 1_000_003 + step * 1009 + round_ * 31 + 6151 + self.rank) % (2**31)
+        sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
+        out = list(run_episodes(self.make_env, [p for p in points for _ in range(rc.demo_branches)],
+                                self.rollout.policy, sampling, rc.concurrency, env_id=cfg.env,
+                                env_workers=rc.env_workers))
+        diverged = next((t for t in out if t.stop_reason == "replay_error"), None)
+        if diverged is not None:
+            raise ConfigError(f"rollout.demo_branches: {diverged.error}; env {cfg.env} needs rollout.demo_branches: 0")
+        return out
+
     # -- metrics --------------------------------------------------------------------------------------
 
 
@@ -369,6 +395,18 @@ def branch_points(trajs: Sequence[Trajectory], tasks: dict[str, Task]) -> list[B
     (terminated, not failed, not cut by a budget) after two or more turns, one branch group per episode."""
     return [Branch(t, tasks[t.task_id], len(t.turns) - 1, group=f"{t.group}^{i}")
             for i, t in enumerate(trajs) if not t.failed and t.terminated and len(t.turns) > 1]
+
+
+def _demonstrator(cfg: TrainConfig, tokenizer: Any) -> Policy:
+    """The scripted policy of `rollout.demonstrator`, rendering with the policy's tokenizer (its episodes are
+    the contexts the policy continues)."""
+    from sleuth.agents.policies import SCRIPTED_POLICIES
+    from sleuth.registry import UnknownNameError
+
+    try:
+        return SCRIPTED_POLICIES.get(cfg.rollout.demonstrator)(tokenizer, seed=cfg.seed)
+    except UnknownNameError as e:
+        raise ConfigError(f"rollout.demonstrator: {e}") from None
 
 
 def _gather(obj: T) -> list[T]:
