@@ -184,7 +184,7 @@ def test_demo_branches_answer_from_where_the_demonstrator_read_and_train_only_th
                                                                                           hotpot_tasks):
     """`rollout.demo_branches: 3` with `oracle-title`: each task of the step gets a group of 3 continuations from
     the demonstration's context before its answer (its reads done), the demonstration's tokens never train, and
-    the step counts them apart from its episodes."""
+    the step counts them apart from its episodes; with `demo_tasks` the demonstrations play tasks of their own."""
     import json
 
     from sleuth.agents.policy import SamplingParams
@@ -192,12 +192,12 @@ def test_demo_branches_answer_from_where_the_demonstrator_read_and_train_only_th
     from sleuth.training.config import load_config
     from sleuth.training.trainer import Trainer
 
-    cfg = load_config(overrides={
+    cfg_over = {
         "model": tiny_model_dir, "out": str(tmp_path / "run"), "env_args": {"harness": "text"}, "task_limit": 24,
         "rollout.max_tokens": 12, "rollout.tasks_per_step": 2, "rollout.group_size": 2, "rollout.temperature": 0.7,
         "rollout.demo_branches": 3, "rollout.demonstrator": "oracle-title", "checkpoint.export_hf": False,
-        "tensorboard": False, "max_steps": 1})
-    trainer = Trainer(cfg, progress=False)
+        "tensorboard": False, "max_steps": 1}
+    trainer = Trainer(load_config(overrides=cfg_over), progress=False)
     row = trainer.train()[0]
     assert row["episodes/sampled"] == 4 and row["demos/sampled"] == 6 and "branches/sampled" not in row
     trajs = [json.loads(line) for line in (tmp_path / "run/rollouts/step-000001.rank0.jsonl").read_text().splitlines()]
@@ -214,6 +214,14 @@ def test_demo_branches_answer_from_where_the_demonstrator_read_and_train_only_th
         assert d.prompt_ids == context  # the demonstrator's reads are the context ...
         assert sum(d.loss_mask()) == sum(len(t.action_ids) for t in d.turns)  # ... and only the policy's turns train
         assert not d.failed
+    # `demo_tasks: 4`: the demonstrations play 4 tasks drawn after the round's 2, not the round's own
+    more = Trainer(load_config(overrides={**cfg_over, "out": str(tmp_path / "more"), "rollout.demo_tasks": 4}),
+                   progress=False)
+    got = more.collect(1)
+    episode_tasks = {t.task_id for t in got.seen if not t.branch_at}
+    demo_tasks = {t.task_id for t in got.seen if t.branch_at}
+    assert got.demos.groups == 4 and len(demo_tasks) == 4 and not episode_tasks & demo_tasks
+    assert more.sampler.cursor == 6
 
 
 def test_a_demonstrator_that_is_not_one_or_ends_no_episode_after_a_read_is_refused(tiny_model_dir, tmp_path):

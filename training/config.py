@@ -72,6 +72,9 @@ class RolloutConfig:
     # trains. They count apart (`demos/*`), as branches do. 0: off. Needs an env that replays, as branches do.
     demo_branches: int = 0
     demonstrator: str = "oracle"  # a scripted policy (sleuth.agents.policies.SCRIPTED_POLICIES)
+    # Tasks a round gives demonstration starts, drawn beside the round's own (an answer group costs about one
+    # turn, so many more of them than of episodes fit a step); 0: the round's own tasks.
+    demo_tasks: int = 0
     dynamic_max_rounds: int = 3
     vllm_url: str | None = None  # the server's base URL (or several, comma-separated); None starts servers
     vllm_servers: int = 1  # servers started per rank (data-parallel; a task sticks to one, for prefix-cache hits)
@@ -90,7 +93,7 @@ class RolloutConfig:
                                 ("vllm_servers", self.vllm_servers, 1), ("max_staleness", self.max_staleness, 0),
                                 ("sync_timeout_s", self.sync_timeout_s, 0),
                                 ("dynamic_max_rounds", self.dynamic_max_rounds, 1), ("branches", self.branches, 0),
-                                ("demo_branches", self.demo_branches, 0),
+                                ("demo_branches", self.demo_branches, 0), ("demo_tasks", self.demo_tasks, 0),
                                 ("temperature", self.temperature, 0)):
             if not value >= low:  # also refuses NaN
                 raise ValueError(f"rollout.{key} must be ≥ {low}, got {value}")

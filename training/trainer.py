@@ -61,9 +61,10 @@ class Trainer:
         self.agent: AgentRollouts | None = None
         self.envs: EnvPool | None = None
         self.rollout: RolloutEngine | None = None
-        if cfg.rollout.tasks_per_step % self.world:
-            raise ConfigError(f"rollout.tasks_per_step ({cfg.rollout.tasks_per_step}) must be a multiple of the "
-                              f"number of processes ({self.world}): each rank trains on whole groups")
+        for key, n in (("tasks_per_step", cfg.rollout.tasks_per_step), ("demo_tasks", cfg.rollout.demo_tasks)):
+            if n % self.world:
+                raise ConfigError(f"rollout.{key} ({n}) must be a multiple of the number of processes "
+                                  f"({self.world}): each rank trains on whole groups")
         self.run_dir = RunDir(cfg.out, resume)  # one process (group) per run directory, until train ends
         try:
             self._setup(cfg)
@@ -275,7 +276,7 @@ class Trainer:
         seed = (cfg.seed * 1_000_003 + self.rank) % (2**31)
         sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
         def next_tasks() -> list[Task]:
-            return [self.tasks[i] for i in self.sampler.take(rc.tasks_per_step)[self.rank::self.world]]
+            return self._draw(rc.tasks_per_step)
 
         return RolloutStream(self.make_env, next_tasks,
                              self.rollout.policy, sampling, group_size=rc.group_size, concurrency=rc.concurrency,
@@ -296,7 +297,7 @@ class Trainer:
                 trajs = taken.trajs + taken.failed
                 got.stream = taken.stats
             else:
-                chosen = [self.tasks[i] for i in self.sampler.take(rc.tasks_per_step)[self.rank::self.world]]
+                chosen = self._draw(rc.tasks_per_step)
                 trajs = self._rollout_round(step, round_, chosen)
             failed = got.take(trajs)
             if failed and self.stream is None:  # an infrastructure failure: those tasks are sampled once more
@@ -307,11 +308,16 @@ class Trainer:
             if rc.branches:
                 got.take(self._branch_round(step, round_, trajs))
             if rc.demo_branches:  # the config refuses them under a stream
-                got.take(self._demo_round(step, round_, chosen), demos=True)
+                shown = self._draw(rc.demo_tasks) if rc.demo_tasks else chosen
+                got.take(self._demo_round(step, round_, shown), demos=True)
             if rc.zero_variance != "dynamic" or all_sum(len(groups([t for t in got.kept if not t.branch_at]))) \
                     >= rc.tasks_per_step:
                 break
         return got
+
+    def _draw(self, n: int) -> list[Task]:
+        """This rank's share of the next `n` tasks of the sampler (every rank draws alike)."""
+        return [self.tasks[i] for i in self.sampler.take(n)[self.rank::self.world]]
 
     def _agent(self) -> AgentRollouts:
         """A user's agent through the gateway (`agent:` in the config) instead of an env."""
