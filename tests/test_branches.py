@@ -168,7 +168,7 @@ def test_an_episodes_branches_meet_it_in_one_micro_batch_and_add_only_their_own_
 def test_branch_points_are_the_last_turns_of_episodes_that_ended_on_their_own(hotpot_tasks, recorded):
     from dataclasses import replace
 
-    from sleuth.training.trainer import branch_points
+    from sleuth.training.branching import branch_points
 
     task = hotpot_tasks[0]
     done = recorded[task.id]
@@ -239,3 +239,23 @@ def test_a_demonstrator_that_is_not_one_or_ends_no_episode_after_a_read_is_refus
     noop = Trainer(cfg("noop", "noop"), progress=False)  # it answers at once: no state before its last turn
     with pytest.raises(ConfigError, match="'noop' ended no episode of DocRead-v0 after two or more turns"):
         noop.collect(1)
+
+
+def test_demonstration_starts_skip_episodes_an_infrastructure_failure_took(hotpot_tasks):
+    """An env that cannot reset fails the demonstrator's episodes: no start and no config error (a failure of
+    the machine is not the demonstrator's), where a demonstrator that answers at once is refused."""
+    from sleuth.training.branching import demo_points
+    from sleuth.training.config import ConfigError, RolloutConfig
+
+    class Broken(gymnasium.Wrapper):
+        def reset(self, **kw):
+            raise ConnectionError("env server went away")
+
+    oracle = load_policy("oracle-title")
+    rc = RolloutConfig(demo_branches=2, demonstrator="oracle-title")
+    assert demo_points(lambda: Broken(_docread()), hotpot_tasks[:2], oracle, rc, "DocRead-v0", "1.0") == []
+    points = demo_points(_docread, hotpot_tasks[:2], oracle, rc, "DocRead-v0", "1.0")
+    assert sorted(p.group for p in points) == sorted(f"{t.id}@1.0^demo" for t in hotpot_tasks[:2])  # completion order
+    with pytest.raises(ConfigError, match="ended no episode"):
+        demo_points(_docread, hotpot_tasks[:2], load_policy("noop"), RolloutConfig(demonstrator="noop"), "DocRead-v0",
+                    "1.0")

@@ -24,14 +24,15 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from sleuth.agents.policy import Policy
+from sleuth.agents.loop import run_episodes
+from sleuth.agents.policy import SamplingParams
 from sleuth.agents.requests import WeightsGate
-from sleuth.agents.scheduler import Branch
 from sleuth.agents.trajectory import Trajectory
 from sleuth.tasks.base import Task
 from sleuth.training import checkpoint
 from sleuth.training.agent_rollout import AgentRollouts
 from sleuth.training.async_rollout import RolloutStream
+from sleuth.training.branching import branch_points, demo_points, load_demonstrator, run_branches
 from sleuth.training.collected import Collected
 from sleuth.training.config import ConfigError, TrainConfig, TrainingError, TrainingWarning
 from sleuth.training.engine import full_state_dict, init_distributed
@@ -94,7 +95,8 @@ class Trainer:
             self.estimator.check_policy(self.tokenizer)
         except ValueError as e:
             raise ConfigError(f"algorithm.estimator {cfg.algorithm.estimator!r}: {e}") from None
-        self.demonstrator = _demonstrator(cfg, self.tokenizer) if cfg.rollout.demo_branches else None
+        self.demonstrator = load_demonstrator(cfg.rollout, self.tokenizer, cfg.seed) if cfg.rollout.demo_branches \
+            else None
         self.mismatch_warned = False
         self.no_signal_steps: list[int] = []
         temperature = cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0
@@ -270,8 +272,6 @@ class Trainer:
         return lambda: sleuth.make(cfg.env, **cfg.env_args)
 
     def _stream(self) -> RolloutStream:
-        from sleuth.agents.policy import SamplingParams
-
         rc, cfg = self.cfg.rollout, self.cfg
         seed = (cfg.seed * 1_000_003 + self.rank) % (2**31)
         sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
@@ -308,8 +308,8 @@ class Trainer:
             if rc.branches:
                 got.take(self._branch_round(step, round_, trajs))
             if rc.demo_branches:  # the config refuses them under a stream
-                shown = self._draw(rc.demo_tasks) if rc.demo_tasks else chosen
-                got.take(self._demo_round(step, round_, shown), demos=True)
+                starts = self._draw(rc.demo_tasks) if rc.demo_tasks else chosen
+                got.take(self._demo_round(step, round_, starts), demos=True)
             if rc.zero_variance != "dynamic" or all_sum(len(groups([t for t in got.kept if not t.branch_at]))) \
                     >= rc.tasks_per_step:
                 break
@@ -321,8 +321,6 @@ class Trainer:
 
     def _agent(self) -> AgentRollouts:
         """A user's agent through the gateway (`agent:` in the config) instead of an env."""
-        from sleuth.agents.policy import SamplingParams
-
         rc = self.cfg.rollout
         seed = (self.cfg.seed * 1_000_003 + self.rank) % (2**31)
         sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
@@ -331,9 +329,6 @@ class Trainer:
     def _rollout_round(self, step: int, round_: int, chosen: list[Task], reissue: bool = False) -> list[Trajectory]:
         """A group of `rollout.group_size` episodes for each task of `chosen` (`reissue`: again, for the groups
         of round `round_` that an infrastructure failure took out), each group under its own key."""
-        from sleuth.agents.loop import run_episodes
-        from sleuth.agents.policy import SamplingParams
-
         rc, cfg = self.cfg.rollout, self.cfg
         label = f"{round_}r" if reissue else str(round_)
         if self.agent is not None:
@@ -342,10 +337,9 @@ class Trainer:
                 t.group = f"{t.task_id}@{step}.{label}"
             return trajs
         tasks = [t for t in chosen for _ in range(rc.group_size)]
-        seed = (cfg.seed * 1_000_003 + step * 1009 + round_ * 31 + reissue * 7919 + self.rank) % (2**31)
-        sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
-        trajs = list(run_episodes(self.make_env, tasks, self.rollout.policy,
-                                  sampling, rc.concurrency, env_id=cfg.env, env_workers=rc.env_workers))
+        sampling = self._sampling(step, round_, reissue * 7919)
+        trajs = list(run_episodes(self.make_env, tasks, self.rollout.policy, sampling, rc.concurrency, env_id=cfg.env,
+                                  env_workers=rc.env_workers))
         for t in trajs:
             t.group = f"{t.task_id}@{step}.{label}"
         return trajs
@@ -353,66 +347,27 @@ class Trainer:
     def _branch_round(self, step: int, round_: int, trajs: list[Trajectory]) -> list[Trajectory]:
         """`rollout.branches` continuations of each episode of `trajs` that ended on its own after two or more
         turns, from the context before its last turn; each episode's branches are a group of their own."""
-        from sleuth.agents.loop import run_episodes
-        from sleuth.agents.policy import SamplingParams
-
-        rc, cfg = self.cfg.rollout, self.cfg
         points = branch_points(trajs, self.tasks_by_id)
         if not points:
             return []
-        seed = (cfg.seed * 1_000_003 + step * 1009 + round_ * 31 + 4099 + self.rank) % (2**31)
-        sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
-        out = list(run_episodes(self.make_env, [b for b in points for _ in range(rc.branches)], self.rollout.policy,
-                                sampling, rc.concurrency, env_id=cfg.env, env_workers=rc.env_workers))
-        diverged = next((t for t in out if t.stop_reason == "replay_error"), None)
-        if diverged is not None:
-            raise ConfigError(f"rollout.branches: {diverged.error}; env {cfg.env} needs rollout.branches: 0")
-        return out
+        return run_branches(self.make_env, points, self.cfg.rollout.branches, self.rollout.policy,
+                            self._sampling(step, round_, 4099), self.cfg.rollout, self.cfg.env, "branches")
 
-    def _demo_round(self, step: int, round_: int, chosen: list[Task]) -> list[Trajectory]:
-        """`rollout.demo_branches` continuations of the demonstrator's episode of each task of `chosen`, from
-        before its last turn (an episode that ended on its own after two or more turns); each a group."""
-        from sleuth.agents.loop import run_episodes
-        from sleuth.agents.policy import SamplingParams
+    def _demo_round(self, step: int, round_: int, tasks: list[Task]) -> list[Trajectory]:
+        """`rollout.demo_branches` continuations of the demonstrator's episode of each of `tasks` from before its
+        last turn; each task's continuations are a group of their own."""
+        rc = self.cfg.rollout
+        points = demo_points(self.make_env, tasks, self.demonstrator, rc, self.cfg.env, f"{step}.{round_}")
+        return run_branches(self.make_env, points, rc.demo_branches, self.rollout.policy,
+                            self._sampling(step, round_, 6151), rc, self.cfg.env, "demo_branches")
 
+    def _sampling(self, step: int, round_: int, salt: int) -> SamplingParams:
+        """The rollout's sampling parameters under a seed of its own for this step, round and kind of group."""
         rc, cfg = self.cfg.rollout, self.cfg
-        shown = run_episodes(self.make_env, chosen, self.demonstrator, SamplingParams(temperature=0.0),
-                             rc.concurrency, env_id=cfg.env, env_workers=rc.env_workers)
-        points = [Branch(b.of, b.task, b.at, group=f"{b.of.task_id}@{step}.{round_}^demo")
-                  for b in branch_points(list(shown), self.tasks_by_id)]
-        if chosen and not points:
-            raise ConfigError(f"rollout.demonstrator {rc.demonstrator!r} ended no episode of {cfg.env} after two or "
-                              "more turns: there is no state before its last turn to start from")
-        seed = (cfg.seed * 1_000_003 + step * 1009 + round_ * 31 + 6151 + self.rank) % (2**31)
-        sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
-        out = list(run_episodes(self.make_env, [p for p in points for _ in range(rc.demo_branches)],
-                                self.rollout.policy, sampling, rc.concurrency, env_id=cfg.env,
-                                env_workers=rc.env_workers))
-        diverged = next((t for t in out if t.stop_reason == "replay_error"), None)
-        if diverged is not None:
-            raise ConfigError(f"rollout.demo_branches: {diverged.error}; env {cfg.env} needs rollout.demo_branches: 0")
-        return out
+        seed = (cfg.seed * 1_000_003 + step * 1009 + round_ * 31 + salt + self.rank) % (2**31)
+        return SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
 
     # -- metrics --------------------------------------------------------------------------------------
-
-
-def branch_points(trajs: Sequence[Trajectory], tasks: dict[str, Task]) -> list[Branch]:
-    """Where `rollout.branches` continues a round's episodes: before the last turn of each that ended on its own
-    (terminated, not failed, not cut by a budget) after two or more turns, one branch group per episode."""
-    return [Branch(t, tasks[t.task_id], len(t.turns) - 1, group=f"{t.group}^{i}")
-            for i, t in enumerate(trajs) if not t.failed and t.terminated and len(t.turns) > 1]
-
-
-def _demonstrator(cfg: TrainConfig, tokenizer: Any) -> Policy:
-    """The scripted policy of `rollout.demonstrator`, rendering with the policy's tokenizer (its episodes are
-    the contexts the policy continues)."""
-    from sleuth.agents.policies import SCRIPTED_POLICIES
-    from sleuth.registry import UnknownNameError
-
-    try:
-        return SCRIPTED_POLICIES.get(cfg.rollout.demonstrator)(tokenizer, seed=cfg.seed)
-    except UnknownNameError as e:
-        raise ConfigError(f"rollout.demonstrator: {e}") from None
 
 
 def _gather(obj: T) -> list[T]:
