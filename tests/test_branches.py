@@ -104,6 +104,8 @@ def test_branch_groups_train_and_are_counted_apart_and_a_failed_one_is_not_sampl
     assert (got.demos.groups, got.demos.no_signal, got.demos.rewards) == (2, 1, [0.5, 0.0, 1.0, 1.0])
     assert got.branches.groups == 1 and got.zero_var == {"wrong": 1} and got.no_signal_groups == 1
     assert got.kept == branches[:2] + demos[:2]
+    # grpo over the demo group's rewards 0.5, 0.0: (r − mean) / std, the sample std 0.25·√2 → ±1/√2
+    assert [float(a[0]) for a in got.advantages[2:]] == pytest.approx([1 / np.sqrt(2), -1 / np.sqrt(2)], rel=1e-5)
 
 
 def test_the_step_row_reports_branches_beside_the_episodes():
@@ -138,6 +140,8 @@ def test_branches_are_refused_where_there_is_nothing_to_replay_or_no_step_to_wai
         TrainConfig(rollout=RolloutConfig(demo_branches=2, max_staleness=1))
     with pytest.raises(ValueError, match="rollout.demo_branches must be"):
         RolloutConfig(demo_branches=-1)
+    with pytest.raises(ValueError, match="demo_branches is 0"):
+        RolloutConfig(demo_tasks=4)
 
 
 def test_an_episodes_branches_meet_it_in_one_micro_batch_and_add_only_their_own_tokens():

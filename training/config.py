@@ -97,6 +97,9 @@ class RolloutConfig:
                                 ("temperature", self.temperature, 0)):
             if not value >= low:  # also refuses NaN
                 raise ValueError(f"rollout.{key} must be ≥ {low}, got {value}")
+        if self.demo_tasks and not self.demo_branches:
+            raise ValueError("rollout.demo_tasks draws tasks for demonstration starts, and rollout.demo_branches is 0: "
+                             "set demo_branches (the answers sampled from each start) or leave demo_tasks at 0")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
 
