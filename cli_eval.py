@@ -74,7 +74,15 @@ def _eval_mode(args: argparse.Namespace) -> str | None:
         if given:
             return (f"{' and '.join(given)} {'go' if len(given) > 1 else 'goes'} with --agent module:function or "
                     "--agent-command CMD (an env scores with its own verifier)")
-        args.env, args.harness = args.env or DEFAULT_EVAL_ENV, args.harness or DEFAULT_HARNESS
+        from sleuth.envs.families import family_of
+
+        args.env = args.env or DEFAULT_EVAL_ENV
+        family = family_of(args.env)
+        args.harness = args.harness or (family.harness if family else DEFAULT_HARNESS)
+        if args.tasks is None:
+            if not (family and family.seeded):
+                return f"--tasks is required for {args.env} (e.g. hotpotqa:test, or a Task JSONL)"
+            args.tasks = "seeds:test"  # an env that makes its own episodes: seeds 0, 1, 2, ... (--limit N)
         return None
     env_only = [f for f, v in (("--env", args.env is not None), ("--harness", args.harness is not None),
                                ("--env-arg", bool(args.env_arg)), ("--env-workers", args.env_workers > 0)) if v]
@@ -82,6 +90,8 @@ def _eval_mode(args: argparse.Namespace) -> str | None:
     if env_only:
         return (f"{', '.join(env_only)} cannot go with {flag}: the agent brings its own tools and prompt "
                 "(its episodes run through the gateway, not an env)")
+    if args.tasks is None:
+        return f"{flag} needs --tasks (e.g. hotpotqa:test)"
     if args.verifier is None:
         return f"{flag} needs --verifier NAME to score its answers (one of {', '.join(VERIFIERS.names())})"
     try:
@@ -231,7 +241,8 @@ def add_eval_parser(sub: Any) -> None:
     from sleuth.verifiers.registry import VERIFIERS
 
     e = sub.add_parser("eval", help="evaluate policies on held-out tasks")
-    e.add_argument("--env", help=f"a registered env id (`sleuth envs` lists them; default {DEFAULT_EVAL_ENV})")
+    e.add_argument("--env", help=f"a registered env id (`sleuth envs` lists them; default {DEFAULT_EVAL_ENV}) or "
+                   "FAMILY:ID of another library's env (e.g. gem:game:Sudoku-v0-easy, reasoning_gym:chain_sum)")
     e.add_argument("--agent", metavar="MODULE:FUNCTION",
                    help="evaluate your own agent instead of an env: run(task: dict, base_url: str) -> str, sync or "
                         "async, calling the policy through the OpenAI API at base_url; needs --verifier")
@@ -244,7 +255,8 @@ def add_eval_parser(sub: Any) -> None:
                         "working directory)")
     e.add_argument("--verifier", help="with --agent or --agent-command: the registered verifier that scores its "
                    f"answers ({', '.join(VERIFIERS.names())})")
-    e.add_argument("--tasks", required=True, help="NAME:SPLIT or NAME:PATH (e.g. hotpotqa:test)")
+    e.add_argument("--tasks", help="NAME:SPLIT or NAME:PATH (e.g. hotpotqa:test); seeds:A-B for an env that makes "
+                   "its own episodes (reasoning_gym:, gem:, textarena:; default seeds:test, i.e. 0, 1, 2, ...)")
     e.add_argument("--policy", default=EMBEDDED,
                    help=f"comma list of: {EMBEDDED}, a scripted baseline ({', '.join(SCRIPTED_POLICIES.names())}), "
                         "a local model directory or a hub id already in the local Hugging Face cache")

@@ -1,6 +1,6 @@
 """Policies by name: `load_policy("smollm2" | "random" | "first-k" | "lexical" | "oracle" | "oracle-title" |
-"oracle-lexical" | "noop" | <local path> | <hub id>)`. The factory lives apart from the `Policy` protocol
-(`agents/policy.py`) so that it can import the implementations, which import the protocol."""
+"oracle-lexical" | "noop" | "random-legal" | <local path> | <hub id>)`. The factory lives apart from the `Policy`
+protocol (`agents/policy.py`) so that it can import the implementations, which import the protocol."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ SCRIPTED_POLICIES.register("oracle-title", "sleuth.agents.scripted:TitleOracle",
 SCRIPTED_POLICIES.register("lexical", "sleuth.agents.scripted:LexicalReader", "sleuth")
 SCRIPTED_POLICIES.register("oracle-lexical", "sleuth.agents.scripted:LexicalOracle", "sleuth")
 SCRIPTED_POLICIES.register("noop", "sleuth.agents.scripted:Noop", "sleuth")
+SCRIPTED_POLICIES.register("random-legal", "sleuth.agents.scripted:RandomLegal", "sleuth")
 
 
 def load_tokenizer(model: str = EMBEDDED) -> Any:

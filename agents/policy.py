@@ -28,6 +28,7 @@ class Request:
     turn: int = 0
     env_info: dict[str, Any] = field(default_factory=dict)  # the info from reset (tools, format, budget)
     sample: int | None = None  # the episode's index in its run: a server seeds (sample, turn), whatever the batching
+    legal_actions: list[str] | None = None  # the moves a text env says it accepts now (None: it does not say)
 
 
 @dataclass

@@ -78,16 +78,17 @@ class StepOutcome:
     tool_call: dict[str, Any] | None
     error: str | None
     verdict: Verdict | None
+    legal_actions: list[str] | None  # what a text env accepts next, where it says (`envs/families`)
     info: dict[str, Any]
 
     @classmethod
     def from_gym(cls, step: tuple[Any, Any, Any, Any, dict[str, Any]]) -> StepOutcome:
         _, reward, terminated, truncated, info = step
-        rest = {k: v for k, v in info.items() if k not in ("messages", "read")}
+        rest = {k: v for k, v in info.items() if k not in ("messages", "read", "legal_actions")}
         read, verdict = info.get("read"), info.get("verdict")
         return cls(float(reward), bool(terminated), bool(truncated), list(info.get("messages") or []),
                    ReadEvent.from_info(read) if read else None, info.get("tool_call"), info.get("error"),
-                   Verdict.from_dict(verdict) if verdict is not None else None, rest)
+                   Verdict.from_dict(verdict) if verdict is not None else None, info.get("legal_actions"), rest)
 
 
 @dataclass
@@ -101,10 +102,11 @@ class Episode:
     reset_info: dict[str, Any]
     started: float = field(default_factory=time.perf_counter)
     first_turn: int = 0  # turns before the trajectory's first (a branch's replayed ones)
+    legal_actions: list[str] | None = None  # from the last reset or step
 
     def request(self) -> Request:
         return Request(self.context, self.messages, self.task, self.first_turn + len(self.traj.turns),
-                       self.reset_info, self.index)
+                       self.reset_info, self.index, self.legal_actions)
 
 
 class EpisodeScheduler:
@@ -174,7 +176,7 @@ class EpisodeScheduler:
             ids = self.renderer.prompt_ids(messages)
             traj = Trajectory(task_id=task.id, env_id=self.env_id, prompt_ids=ids, group=task.id)
         ep = Episode(index, env, task, traj, list(ids), messages, info,
-                     first_turn=item.at if isinstance(item, Branch) else 0)
+                     first_turn=item.at if isinstance(item, Branch) else 0, legal_actions=info.get("legal_actions"))
         self._live[index] = ep
         if len(ids) + self.max_tokens > self.max_context:  # never sent: the engine could not take it
             traj.stop_reason = "prompt_too_long"
@@ -226,6 +228,7 @@ class EpisodeScheduler:
         turn.observation = "\n".join(m["content"] for m in o.messages)
         turn.observation_ids = self.renderer.observation_ids(o.messages, gen.ids)
         ep.messages = [*ep.messages, {"role": "assistant", "content": gen.text}, *o.messages]
+        ep.legal_actions = o.legal_actions
         ep.context = ep.context + gen.ids + turn.observation_ids
         if len(ep.context) + self.max_tokens <= self.max_context:
             self.ready.append(ep)

@@ -10,8 +10,11 @@ baselines a floor for both reading (support recall) and answering. They read the
 The oracle knows the gold and plays the oracle each env declares beside itself (`ToolEnv.oracle`), found
 from the env class the reset info names: on DocRead it reads exactly the supporting documents and answers
 the gold answer; on Search it searches for and opens each supporting document by title; on SWE it replays
-the gold patch through the tools; on any other env it hands the task's reference answer to the final tool.
-Either way it must score 1.0, which tests env, harness round-trip and verifier together."""
+the gold patch through the tools; on any other env it hands the task's reference answer to the final tool
+(on a reasoning-gym env, the item's answer in its answer tags). Either way it must score 1.0, which tests env,
+harness round-trip and verifier together.
+
+`random-legal` plays a move the env lists as legal (the foreign text envs of `envs/families`)."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from gymnasium.envs.registration import load_env_creator
 
 from sleuth.agents.policy import Generation, Request, SamplingParams
 from sleuth.envs.base import ToolEnv
+from sleuth.envs.families.base import TextGameEnv
 from sleuth.envs.parsers import ToolCall, get_parser
 from sleuth.tasks.qa import Document, NoDocuments, QADocs, qa_docs
 
@@ -103,7 +107,7 @@ class FirstKReader(_Reader):
         return list(range(min(len(docs.docs), req.env_info.get("budget", 3))))
 
 
-def env_class(info: dict[str, Any]) -> type[ToolEnv]:
+def env_class(info: dict[str, Any]) -> type[ToolEnv] | type[TextGameEnv]:
     """The class of the env an episode runs in, from the "module:Class" its reset info names (`info["env"]`,
     `ToolEnv.entry_point`): also an env served elsewhere, whose reset info comes through unchanged."""
     ref = info.get("env")
@@ -111,8 +115,8 @@ def env_class(info: dict[str, Any]) -> type[ToolEnv]:
         raise ValueError(f"the oracle plays the env's own oracle (`ToolEnv.oracle`): the reset info names no env "
                          f"class ('env': 'module:Class'; got {ref!r}); only a ToolEnv's reset gives one")
     cls = load_env_creator(ref)
-    if not (isinstance(cls, type) and issubclass(cls, ToolEnv)):
-        raise TypeError(f"{ref} is not a ToolEnv class: the oracle needs its `oracle` hook")
+    if not (isinstance(cls, type) and issubclass(cls, (ToolEnv, TextGameEnv))):
+        raise TypeError(f"{ref} is neither a ToolEnv nor a TextGameEnv class: the oracle needs its `oracle` hook")
     return cls
 
 
@@ -210,6 +214,19 @@ class LexicalOracle(LexicalReader):
 
     def final_answer(self, req: Request, docs: QADocs, plan: list[int]) -> str:
         return req.task.answer
+
+
+class RandomLegal(ScriptedPolicy):
+    """A move the env lists as legal now (`Request.legal_actions`: GEM's own random actions, the moves a
+    TextArena game lists), uniformly at random, seeded by the task and the turn: the floor of a game any learned
+    player should clear. Where the env lists none it replies with nothing, which the env scores by its own rules
+    (GEM: a format error)."""
+
+    name = "random-legal"
+
+    def act(self, req: Request) -> ToolCall:
+        rng = random.Random(f"{self.seed}:{req.task.id}:{req.turn}")
+        return ToolCall("move", {"text": rng.choice(req.legal_actions) if req.legal_actions else ""})
 
 
 class Noop(ScriptedPolicy):

@@ -50,6 +50,9 @@ class ToolEnv(gymnasium.Env):
         self.verifier = verifier if verifier is not None else self.default_verifier()
         budget = self.default_budget if budget is None else budget
         self.harness = harness if isinstance(harness, Harness) else Harness(harness, budget, self.budget_unit)
+        if self.harness.format == "free":
+            raise ValueError(f"{type(self).__name__} acts through tools; the 'free' harness (the reply is the action) "
+                             "is for envs without tools (reasoning_gym:, gem:, textarena:)")
         self.render_mode = render_mode
         self.observation_space = TextSpace(max_length=1 << 20)
         self.action_space = TextSpace(max_length=1 << 20)

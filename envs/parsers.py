@@ -235,9 +235,26 @@ def _strip_quotes(s: str) -> str:
     return s[1:-1] if len(s) >= 2 and s[0] == s[-1] and s[0] in "\"'" else s
 
 
+class FreeParser(ToolCallParser):
+    """The harness of envs whose action is the whole reply (reasoning-gym, GEM, TextArena: `envs/families`): no
+    tool calls to read; a scripted policy's call is written as its one argument's text."""
+
+    name = "free"
+
+    def parse(self, text: str, tools: Mapping[str, Tool]) -> ParseResult:
+        return ParseResult(error="this harness has no tool calls: the reply itself is the action")
+
+    def render(self, call: ToolCall) -> str:
+        return "".join(str(v) for v in call.arguments.values())
+
+    def instructions(self, tools: Mapping[str, Tool]) -> str:
+        return ""
+
+
 # Tool-call formats by name (plugins: entry-point group `sleuth.parsers`, name → a ToolCallParser class).
 PARSERS: Registry[Callable[[], ToolCallParser]] = Registry("tool-call format", group="sleuth.parsers")
-for _name, _cls in {"json": JSONParser, "text": TextParser, "tags": TagParser, "searchr1": TagParser}.items():
+for _name, _cls in {"json": JSONParser, "text": TextParser, "tags": TagParser, "searchr1": TagParser,
+                    "free": FreeParser}.items():
     PARSERS.register(_name, _cls, "sleuth")
 
 

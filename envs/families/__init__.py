@@ -1,0 +1,63 @@
+"""Inbound env families: environments of other libraries, made by id `FAMILY:ID`, through sleuth's Env contract
+(`sleuth.make("gem:game:Sudoku-v0-easy")`). Each family is one module, imported (with its library) only when
+one of its envs is made. Plugins add families through the entry-point group `sleuth.env_families`
+(name = family, value = "module:attr" of an `EnvFamily`)."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import gymnasium
+
+from sleuth.envs.families.base import FREE, EnvFailure, EnvFamily, MissingExtraError, Move, TextGameEnv
+from sleuth.registry import Registry, import_target
+
+FAMILIES: Registry[EnvFamily] = Registry("env family", group="sleuth.env_families")
+FAMILIES.register("reasoning_gym", EnvFamily("reasoning_gym", "sleuth.envs.families.reasoning_gym:make",
+                                             "sleuth.envs.families.reasoning_gym:dataset_names"), "sleuth")
+FAMILIES.register("gem", EnvFamily("gem", "sleuth.envs.families.gem:make", "sleuth.envs.families.gem:env_ids"),
+                  "sleuth")
+FAMILIES.register("textarena", EnvFamily("textarena", "sleuth.envs.families.textarena:make",
+                                         "sleuth.envs.families.textarena:env_ids"), "sleuth")
+
+
+def split_id(env_id: str) -> tuple[str, str] | None:
+    """(family, id) for a `FAMILY:ID` whose family is registered, else None."""
+    family, sep, rest = env_id.partition(":")
+    return (family, rest) if sep and family in FAMILIES else None
+
+
+def family_of(env_id: str) -> EnvFamily | None:
+    parts = split_id(env_id)
+    return FAMILIES.get(parts[0]) if parts else None
+
+
+def near_family(env_id: str) -> str | None:
+    """The registered family a mistyped `FAMILY:ID` prefix probably meant (`reasoning-gym` → `reasoning_gym`)."""
+    prefix = env_id.partition(":")[0]
+    close = difflib.get_close_matches(prefix.replace("-", "_").lower(), FAMILIES.names(), n=1, cutoff=0.75)
+    return close[0] if close and close[0] != prefix else None
+
+
+def _resolve(target: Any) -> Any:
+    return import_target(target) if isinstance(target, str) else target
+
+
+def make_family_env(env_id: str, **env_args: Any) -> gymnasium.Env:
+    """Build `FAMILY:ID`; an id the family does not know is `UnknownEnvError` with the closest one."""
+    from sleuth.envs.registry import UnknownEnvError
+
+    family_name, inner = split_id(env_id) or ("", "")
+    family = FAMILIES.get(family_name)
+    if family.ids is not None:
+        ids = _resolve(family.ids)()
+        if inner not in ids:
+            close = difflib.get_close_matches(inner, ids, n=1)
+            hint = f" (did you mean '{family_name}:{close[0]}'?)" if close else ""
+            raise UnknownEnvError(f"unknown {family_name} env {env_id!r}{hint}; {family_name} has {len(ids)} ids")
+    return _resolve(family.make)(inner, **env_args)
+
+
+__all__ = ["FAMILIES", "FREE", "EnvFailure", "EnvFamily", "MissingExtraError", "Move", "TextGameEnv", "family_of",
+           "make_family_env", "near_family", "split_id"]

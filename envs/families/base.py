@@ -1,0 +1,169 @@
+"""What every foreign env family shares: the `FAMILY:ID` registry entry (`EnvFamily`), the error for a family whose
+package is missing, and `TextGameEnv`, the Env contract over an env whose action is the policy's whole reply.
+
+A text env's reply is the action as decoded from the policy's sampled ids; the loop records those ids and
+never re-tokenises the text. Each observation is a user message, so any chat template renders it. Where the env
+can tell which moves it would accept now, its reset and step info carry them as `legal_actions` (the
+`random-legal` baseline plays one); the episode's score is its return, the sum of the env's rewards, unless the
+family says otherwise (a game's result for the policy's seat)."""
+
+from __future__ import annotations
+
+import importlib
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, ClassVar
+
+import gymnasium
+
+from sleuth.envs.base import TextSpace
+from sleuth.envs.parsers import ToolCall
+from sleuth.tasks.base import Task
+from sleuth.tasks.seeds import seed_task, task_seed
+from sleuth.verifiers.base import Verdict
+
+FREE = "free"  # the harness of a text env: the whole reply is the action
+
+
+class MissingExtraError(ImportError):
+    """A family whose library is not installed: the message names the extra that installs it."""
+
+
+class EnvFailure(RuntimeError):
+    """The foreign env itself broke (it raised, or returned what its own API does not allow): the episode fails as
+    an env failure, never scored, and is retried by the same command."""
+
+
+def require(module: str, family: str, package: str) -> ModuleType:
+    """Import a family's library, or say in one line which extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise MissingExtraError(f"{family}: envs need the `{package}` package ({e.name or module} is not importable): "
+                                f"pip install 'sleuth[{family}]'") from None
+
+
+@dataclass(frozen=True)
+class EnvFamily:
+    """One inbound family: `make(id, **env_args)` builds its env `FAMILY:id`; `ids()` lists the ids it knows (for
+    "did you mean"; empty where ids are open-ended, e.g. a module path); `seeded`: its episodes come from seeds
+    (`--tasks seeds:A-B`, no task file); `harness`: the one harness its envs take."""
+
+    name: str
+    make: Any  # "module:function" or (env_id: str, **env_args) -> gymnasium.Env
+    ids: Any = field(default=None)  # "module:function" or () -> list[str]; None: ids are not enumerable
+    seeded: bool = True
+    harness: str = FREE
+
+
+@dataclass
+class Move:
+    """What one step of the foreign env gave, in its own terms."""
+
+    observation: str
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    legal_actions: list[str] | None = None
+    details: dict[str, Any] = field(default_factory=dict)  # facts for the step's info (e.g. an invalid move)
+
+
+class TextGameEnv(gymnasium.Env):
+    """reset(options={"task": Task}) → (first observation, info); step(reply text) → the gymnasium 5-tuple. The
+    task's seed (`seeds:` tasks, else one derived from its id) fixes the episode. `max_turns` truncates an episode
+    the foreign env never ends. A foreign env that raises fails the episode (`EnvFailure`: the loop records an env
+    error, not a score)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    family: ClassVar[str] = ""
+
+    def __init__(self, env_id: str, *, harness: str = FREE, max_turns: int = 64, system_prompt: str | None = None,
+                 tasks: list[Task] | None = None):
+        if harness != FREE:
+            raise ValueError(f"{self.family}:{env_id} takes the policy's whole reply as its action (harness "
+                             f"{FREE!r}), not the {harness!r} tool-call format")
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be ≥ 1, got {max_turns}")
+        self.env_id, self.max_turns, self.system_prompt = env_id, max_turns, system_prompt
+        self.tasks = list(tasks) if tasks else None
+        self.observation_space = TextSpace(max_length=1 << 20)
+        self.action_space = TextSpace(max_length=1 << 20)
+        self.task: Task | None = None
+        self.done = True
+
+    # -- what a family implements ----------------------------------------------------------------------
+    @abstractmethod
+    def begin(self, task: Task, seed: int) -> Move:
+        """Start the episode of `seed`: its first observation (and legal moves, where known)."""
+
+    @abstractmethod
+    def advance(self, action: str) -> Move:
+        """Play the policy's reply."""
+
+    def verdict(self) -> Verdict:
+        """The finished episode's score: its return."""
+        return Verdict(self.episode_return, {"return": self.episode_return, "turns": self.turn})
+
+    def env_args(self) -> dict[str, Any]:
+        """The arguments that rebuild this env (reset info's `env_args`: an oracle regenerates gold from them)."""
+        return {}
+
+    @classmethod
+    def oracle(cls, task: Task, turn: int, info: dict[str, Any]) -> ToolCall:
+        """The reply of an agent that knows the gold (the `oracle` baseline); a game has none."""
+        raise ValueError(f"{cls.family} envs have no reference reply to play: use the random-legal baseline")
+
+    @classmethod
+    def entry_point(cls) -> str:
+        return f"{cls.__module__}:{cls.__qualname__}"
+
+    # -- gymnasium API -----------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        task = (options or {}).get("task")
+        if task is None:
+            task = (self.tasks[int(self.np_random.integers(len(self.tasks)))] if self.tasks
+                    else seed_task(seed if seed is not None else int(self.np_random.integers(1 << 31))))
+        if isinstance(task, dict):
+            task = Task.from_dict(task)
+        self.task, self.turn, self.episode_return, self.done = None, 0, 0.0, False
+        move = self._guarded(lambda: self.begin(task, task_seed(task)), "reset")
+        self.task = task
+        messages = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else [])
+        messages.append({"role": "user", "content": move.observation})
+        return move.observation, {"messages": messages, "tools": [], "format": FREE, "task_id": task.id,
+                                  "budget": self.max_turns, "env": self.entry_point(), "env_args": self.env_args(),
+                                  "legal_actions": move.legal_actions}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.task is None or self.done:
+            raise RuntimeError("call reset() before step() (the episode is over or never started)")
+        if not isinstance(action, str):
+            raise TypeError(f"the action must be text, got {type(action).__name__}")
+        self.turn += 1
+        move = self._guarded(lambda: self.advance(action), "step")
+        self.episode_return += move.reward
+        truncated = move.truncated or (not move.terminated and self.turn >= self.max_turns)
+        info: dict[str, Any] = {"turn": self.turn, "tool_call": None, "error": None, **move.details,
+                                "legal_actions": move.legal_actions}
+        if move.terminated or truncated:
+            self.done = True
+            info["verdict"] = self.verdict().to_dict()
+            info["messages"] = []
+        else:
+            info["messages"] = [{"role": "user", "content": move.observation}]
+        return move.observation, move.reward, move.terminated, truncated, info
+
+    def _guarded(self, fn: Any, what: str) -> Move:
+        try:
+            move = fn()
+        except (EnvFailure, MissingExtraError):
+            raise
+        except Exception as e:  # the foreign env's own bug or fault: this episode fails, the run goes on
+            self.done = True
+            raise EnvFailure(f"{self.family}:{self.env_id} raised in {what}: {type(e).__name__}: {e}") from e
+        if not isinstance(move.observation, str):
+            raise EnvFailure(f"{self.family}:{self.env_id} {what} gave a {type(move.observation).__name__} observation,"
+                             " not text")
+        return move

@@ -1,0 +1,138 @@
+"""`textarena:<env id>` (e.g. `textarena:TicTacToe-v0`): a TextArena game with the policy in one seat (`seat`,
+default 0) and an opponent in every other (`opponent`, default `random-legal`). The policy sees the game's
+messages since its last move (one user message per turn; the chat history holds the rest, as TextArena's own
+observation wrapper concatenates them), the opponent's moves among them. The score is the game's reward for
+the policy's seat at its end (win 1, draw 0, loss −1 in two-player games): rule breaking is the game's to
+judge, the policy's and the opponent's alike (TextArena warns once, then the offender loses).
+
+Legal moves: TextArena games write moves in brackets and most list the ones open now ("Available Moves:
+'[0]', '[4]'"); the last line of an observation that names moves or actions and holds bracketed moves is
+read as that list. The `random-legal` opponent plays one of them at random (seeded by the episode), or, in a
+game that lists none, a bracketed token of its observation: a move the game may refuse, by its own rules.
+
+An opponent is any object with `act(observation, legal_actions, rng) -> str` (`Opponent`): a user building
+envs in code passes one; a fixed model or the policy itself as the opponent is not built in yet."""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any, Protocol
+
+from sleuth.envs.families.base import Move, TextGameEnv, require
+from sleuth.tasks.base import Task
+from sleuth.verifiers.base import Verdict
+
+GAME_ID = -1  # TextArena's sender id of game messages
+_MOVE = re.compile(r"\[[^\[\]\n]{1,40}\]")
+_LISTING = re.compile(r"\b(moves?|actions?)\b", re.I)
+
+
+def env_ids() -> list[str]:
+    return sorted(require("textarena", "textarena", "textarena").envs.registration.ENV_REGISTRY)
+
+
+def listed_moves(text: str) -> list[str] | None:
+    """The moves the last line naming moves or actions lists in brackets (None if no line does)."""
+    for line in reversed(text.splitlines()):
+        if _LISTING.search(line):
+            moves = [m for m in _MOVE.findall(line) if m.strip("[] ")]
+            if moves:
+                return list(dict.fromkeys(moves))
+    return None
+
+
+class Opponent(Protocol):
+    def act(self, observation: str, legal_actions: list[str] | None, rng: random.Random) -> str: ...
+
+
+class RandomLegal:
+    """A listed move at random; where the game lists none, any bracketed token of the observation."""
+
+    def act(self, observation: str, legal_actions: list[str] | None, rng: random.Random) -> str:
+        options = legal_actions or _MOVE.findall(observation)
+        return rng.choice(options) if options else ""
+
+
+OPPONENTS: dict[str, type] = {"random-legal": RandomLegal}
+
+
+def render(messages: list[Any]) -> str:
+    """TextArena's raw observation (sender, text, kind) triples as the lines its own wrapper writes."""
+    if isinstance(messages, str):  # an id with TextArena's own observation wrapper
+        return messages
+    lines = []
+    for sender, text, *_ in messages:
+        who = "GAME" if sender == GAME_ID else f"Player {sender}"
+        lines.append(f"[{who}] {text.strip()}")
+    return "\n".join(lines)
+
+
+class TextArenaEnv(TextGameEnv):
+    family = "textarena"
+
+    def __init__(self, env_id: str, *, num_players: int = 2, seat: int = 0, opponent: str | Opponent = "random-legal",
+                 **kwargs: Any):
+        ta = require("textarena", "textarena", "textarena")
+        own = {k: kwargs.pop(k) for k in ("harness", "max_turns", "system_prompt", "tasks") if k in kwargs}
+        super().__init__(env_id, **own)
+        if not 0 <= seat < num_players:
+            raise ValueError(f"seat {seat} is not one of the game's {num_players} seats")
+        if isinstance(opponent, str):
+            if opponent not in OPPONENTS:
+                raise ValueError(f"unknown opponent {opponent!r}: one of {', '.join(OPPONENTS)}, or an object with "
+                                 "act(observation, legal_actions, rng) passed in code")
+            opponent = OPPONENTS[opponent]()
+        self.opponent: Opponent = opponent
+        self.num_players, self.seat, self.kwargs = num_players, seat, kwargs
+        raw = f"{env_id}-raw"  # the game without TextArena's wrappers: sleuth's chat history holds the messages
+        self.game = ta.make(raw if raw in ta.envs.registration.ENV_REGISTRY else env_id, **kwargs)
+        try:
+            self.game.reset(num_players=num_players, seed=0)
+        except AssertionError as e:  # TextArena's states assert their player count
+            raise ValueError(f"textarena:{env_id} does not take {num_players} players ({e}): pass env_args "
+                             "num_players=N") from None
+
+    def env_args(self) -> dict[str, Any]:
+        return {"num_players": self.num_players, "seat": self.seat, **self.kwargs}
+
+    def begin(self, task: Task, seed: int) -> Move:
+        self.rng = random.Random(seed)
+        self.rewards: dict[int, float] | None = None
+        self.game.reset(num_players=self.num_players, seed=seed)
+        return self._until_our_turn()
+
+    def advance(self, action: str) -> Move:
+        done, _ = self.game.step(action)
+        return self._finish() if done else self._until_our_turn()
+
+    def _until_our_turn(self) -> Move:
+        """Let the other seats move until it is the policy's turn (or the game ends)."""
+        while True:
+            player, messages = self.game.get_observation()
+            text = render(messages)
+            if player == self.seat:
+                return Move(text, legal_actions=listed_moves(text))
+            done, _ = self.game.step(self.opponent.act(text, listed_moves(text), self.rng))
+            if done:
+                return self._finish()
+
+    def _finish(self) -> Move:
+        rewards, game_info = self.game.close()
+        self.rewards = {int(k): float(v) for k, v in (rewards or {}).items()}
+        self.info = dict((game_info or {}).get(self.seat, {}))
+        return Move("", reward=self.rewards.get(self.seat, 0.0), terminated=True)
+
+    def verdict(self) -> Verdict:
+        if self.rewards is None:  # cut off by max_turns before the game ended: no result
+            return Verdict(0.0, {"outcome": "unfinished", "turns": self.turn})
+        mine = self.rewards.get(self.seat, 0.0)
+        best = max(self.rewards.values(), default=0.0)
+        outcome = "draw" if all(v == mine for v in self.rewards.values()) else ("win" if mine == best else "loss")
+        return Verdict(mine, {"outcome": outcome, "win": float(outcome == "win"), "turns": self.turn,
+                              "invalid_move": float(bool(self.info.get("invalid_move"))),
+                              "reason": str(self.info.get("reason", ""))})
+
+
+def make(env_id: str, **env_args: Any) -> TextArenaEnv:
+    return TextArenaEnv(env_id, **env_args)
