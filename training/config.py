@@ -167,7 +167,9 @@ class TrainConfig:
     model: str = "smollm2"
     env: str = "DocRead-v0"
     env_args: dict[str, Any] = field(default_factory=dict)
-    tasks: str = "hotpotqa:train"
+    # None: the env's own default, written into the run's config: hotpotqa:train, or seeds:train for an env that
+    # makes its own episodes (reasoning_gym:, gem:, textarena:), a seed range disjoint from evaluation's seeds:test
+    tasks: str | None = None
     task_limit: int | None = None
     seed: int = 0
     out: str = "runs/train"
@@ -185,6 +187,11 @@ class TrainConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)  # local, or rollout workers as Ray actors
 
     def __post_init__(self) -> None:
+        if self.tasks is None:
+            from sleuth.envs.families import family_of
+
+            family = family_of(self.env)
+            self.tasks = "seeds:train" if family is not None and family.seeded else "hotpotqa:train"
         if self.cluster.backend == "ray" and self.rollout.engine != "transformers":
             raise ValueError("cluster.backend: ray runs transformers rollout workers; rollout.engine vllm starts its "
                              "own servers (rollout.vllm_servers): use one or the other")

@@ -20,6 +20,8 @@ FAMILIES.register("gem", EnvFamily("gem", "sleuth.envs.families.gem:make", "sleu
                   "sleuth")
 FAMILIES.register("textarena", EnvFamily("textarena", "sleuth.envs.families.textarena:make",
                                          "sleuth.envs.families.textarena:env_ids"), "sleuth")
+# OpenEnv ids are open-ended (a module path or a server's URL): nothing to list, nothing to match.
+FAMILIES.register("openenv", EnvFamily("openenv", "sleuth.envs.families.openenv:make", harness="json"), "sleuth")
 
 
 def split_id(env_id: str) -> tuple[str, str] | None:

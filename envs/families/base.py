@@ -77,15 +77,18 @@ class TextGameEnv(gymnasium.Env):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
     family: ClassVar[str] = ""
+    harnesses: ClassVar[tuple[str, ...]] = (FREE,)  # the first is the default
 
-    def __init__(self, env_id: str, *, harness: str = FREE, max_turns: int = 64, system_prompt: str | None = None,
-                 tasks: list[Task] | None = None):
-        if harness != FREE:
-            raise ValueError(f"{self.family}:{env_id} takes the policy's whole reply as its action (harness "
-                             f"{FREE!r}), not the {harness!r} tool-call format")
+    def __init__(self, env_id: str, *, harness: str | None = None, max_turns: int = 64,
+                 system_prompt: str | None = None, tasks: list[Task] | None = None):
+        harness = harness or self.harnesses[0]
+        if harness not in self.harnesses:
+            what = "takes the policy's whole reply as its action" if self.harnesses == (FREE,) else "acts through"
+            raise ValueError(f"{self.family}:{env_id} {what} (harness {' or '.join(map(repr, self.harnesses))}), "
+                             f"not the {harness!r} format")
         if max_turns < 1:
             raise ValueError(f"max_turns must be ≥ 1, got {max_turns}")
-        self.env_id, self.max_turns, self.system_prompt = env_id, max_turns, system_prompt
+        self.env_id, self.max_turns, self.system_prompt, self.format = env_id, max_turns, system_prompt, harness
         self.tasks = list(tasks) if tasks else None
         self.observation_space = TextSpace(max_length=1 << 20)
         self.action_space = TextSpace(max_length=1 << 20)
@@ -108,6 +111,10 @@ class TextGameEnv(gymnasium.Env):
     def env_args(self) -> dict[str, Any]:
         """The arguments that rebuild this env (reset info's `env_args`: an oracle regenerates gold from them)."""
         return {}
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The OpenAI tool schemas of an env that acts through tools (reset info's `tools`); none for free text."""
+        return []
 
     @classmethod
     def oracle(cls, task: Task, turn: int, info: dict[str, Any]) -> ToolCall:
@@ -132,7 +139,8 @@ class TextGameEnv(gymnasium.Env):
         self.task = task
         messages = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else [])
         messages.append({"role": "user", "content": move.observation})
-        return move.observation, {"messages": messages, "tools": [], "format": FREE, "task_id": task.id,
+        return move.observation, {"messages": messages, "tools": self.tool_schemas(), "format": self.format,
+                                  "task_id": task.id,
                                   "budget": self.max_turns, "env": self.entry_point(), "env_args": self.env_args(),
                                   "legal_actions": move.legal_actions}
 

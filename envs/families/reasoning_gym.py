@@ -3,9 +3,12 @@ task source (the episode seed is the item index, so `seeds:` ranges are disjoint
 `score_answer` is the verifier, applied to what the reply puts between `<answer>` tags (reasoning-gym's own
 `extract_answer`; a reply without them scores as no answer, by that scorer's rules).
 
-`env_args`: `size` and `seed` of the dataset (an item depends on seed + index), `system_prompt` (a key of
-reasoning-gym's `SYSTEM_PROMPTS`, default `direct`, or a text), and any field of the dataset's own config
-(e.g. `min_terms`, `max_digits` for `chain_sum`)."""
+`env_args`: `size` and `seed` of the dataset (an item depends on seed + index), `answer` (`tags`: what the
+reply puts between `<answer>` tags, reasoning-gym's own protocol; `reply`: the whole reply, stripped, for a small
+model that writes no tags, which reasoning-gym's scorers then grade, e.g. partial credit for a reply that
+contains the answer), `system_prompt` (a key of reasoning-gym's `SYSTEM_PROMPTS` or a text; default: `direct`
+for tags, an answer-only instruction for reply), and any field of the dataset's own config (e.g. `min_terms`,
+`max_digits` for `chain_sum`)."""
 
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ from sleuth.verifiers.base import Verdict
 # generate item i from Random(seed + i) on demand and never look at `size`; one that pre-generates `size`
 # items takes a smaller `size` in env_args.
 DEFAULT_SIZE = 2_000_000
+REPLY_PROMPT = "Reply with the final answer only: no words, no working."
+ANSWER_MODES = ("tags", "reply")
 
 
 def dataset_names() -> list[str]:
@@ -41,18 +46,21 @@ def _freeze(config: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 class ReasoningGymEnv(TextGameEnv):
     family = "reasoning_gym"
 
-    def __init__(self, dataset: str, *, size: int = DEFAULT_SIZE, seed: int = 0, system_prompt: str = "direct",
-                 **kwargs: Any):
+    def __init__(self, dataset: str, *, size: int = DEFAULT_SIZE, seed: int = 0, answer: str = "tags",
+                 system_prompt: str | None = None, **kwargs: Any):
         rg = require("reasoning_gym", "reasoning_gym", "reasoning-gym")
+        if answer not in ANSWER_MODES:
+            raise ValueError(f"answer must be one of {', '.join(ANSWER_MODES)}, got {answer!r}")
         own = {k: kwargs.pop(k) for k in ("harness", "max_turns", "tasks") if k in kwargs}
-        prompt = rg.utils.SYSTEM_PROMPTS.get(system_prompt, system_prompt)
-        super().__init__(dataset, system_prompt=prompt, **own)
+        prompt = system_prompt or ("direct" if answer == "tags" else REPLY_PROMPT)
+        super().__init__(dataset, system_prompt=rg.utils.SYSTEM_PROMPTS.get(prompt, prompt), **own)
+        self.answer_mode = answer
         self.config = {"size": size, "seed": seed, **kwargs}  # the dataset's own config keys are checked by it
         self.dataset = _dataset(dataset, _freeze(self.config))
         self.entry: dict[str, Any] | None = None
 
     def env_args(self) -> dict[str, Any]:
-        return {"dataset": self.env_id, **self.config}
+        return {"dataset": self.env_id, "answer": self.answer_mode, **self.config}
 
     def begin(self, task: Task, seed: int) -> Move:
         if not 0 <= seed < self.config["size"]:
@@ -63,7 +71,7 @@ class ReasoningGymEnv(TextGameEnv):
     def advance(self, action: str) -> Move:
         from reasoning_gym.utils import extract_answer
 
-        self.answer = extract_answer(action)
+        self.answer = extract_answer(action) if self.answer_mode == "tags" else action.strip()
         self.score = float(self.dataset.score_answer(self.answer, self.entry))
         return Move("", reward=self.score, terminated=True)
 
@@ -73,10 +81,11 @@ class ReasoningGymEnv(TextGameEnv):
 
     @classmethod
     def oracle(cls, task: Task, turn: int, info: dict[str, Any]) -> ToolCall:
-        """The item's reference answer, regenerated from the env's arguments, in the answer tags."""
+        """The item's reference answer, regenerated from the env's arguments (in the answer tags where they count)."""
         args = dict(info["env_args"])
-        entry = _dataset(args.pop("dataset"), _freeze(args))[task_seed(task)]
-        return ToolCall("answer", {"text": f"<answer>{entry['answer']}</answer>"})
+        dataset, mode = args.pop("dataset"), args.pop("answer")
+        gold = _dataset(dataset, _freeze(args))[task_seed(task)]["answer"]
+        return ToolCall("answer", {"text": f"<answer>{gold}</answer>" if mode == "tags" else gold})
 
 
 def make(env_id: str, **env_args: Any) -> ReasoningGymEnv:
