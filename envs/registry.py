@@ -74,7 +74,10 @@ def make(env_id: str, **kwargs: Any) -> gymnasium.Env:
     from sleuth.envs.families import make_family_env, near_family, split_id
 
     if split_id(env_id):
-        return make_family_env(env_id, **kwargs)
+        try:
+            return make_family_env(env_id, **kwargs)
+        except UnknownNameError as e:
+            raise UnknownEnvError(str(e)) from None
     family = near_family(env_id)
     if family:
         raise UnknownEnvError(f"unknown env family {env_id.partition(':')[0]!r} in {env_id!r} (did you mean "

@@ -50,7 +50,7 @@ def test_reset_info_names_the_env_class_the_oracle_is_found_by(hotpot_tasks):
     assert info["env"] == "sleuth.envs.docread:DocReadEnv" and env_class(info) is DocReadEnv
     with pytest.raises(ValueError, match="the reset info names no env class"):
         env_class({"tools": []})
-    with pytest.raises(TypeError, match="is not a ToolEnv class"):
+    with pytest.raises(TypeError, match="is neither a ToolEnv nor a TextGameEnv class"):
         env_class({"env": "sleuth.tasks.base:Task"})
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import gymnasium
 
 from sleuth.envs.families.base import FREE, EnvFailure, EnvFamily, MissingExtraError, Move, TextGameEnv
-from sleuth.registry import Registry, import_target
+from sleuth.registry import Registry, UnknownNameError, import_target
 
 FAMILIES: Registry[EnvFamily] = Registry("env family", group="sleuth.env_families")
 FAMILIES.register("reasoning_gym", EnvFamily("reasoning_gym", "sleuth.envs.families.reasoning_gym:make",
@@ -47,9 +47,7 @@ def _resolve(target: Any) -> Any:
 
 
 def make_family_env(env_id: str, **env_args: Any) -> gymnasium.Env:
-    """Build `FAMILY:ID`; an id the family does not know is `UnknownEnvError` with the closest one."""
-    from sleuth.envs.registry import UnknownEnvError
-
+    """Build `FAMILY:ID`; an id the family does not know is `UnknownNameError` with the closest one."""
     family_name, inner = split_id(env_id) or ("", "")
     family = FAMILIES.get(family_name)
     if family.ids is not None:
@@ -57,7 +55,7 @@ def make_family_env(env_id: str, **env_args: Any) -> gymnasium.Env:
         if inner not in ids:
             close = difflib.get_close_matches(inner, ids, n=1)
             hint = f" (did you mean '{family_name}:{close[0]}'?)" if close else ""
-            raise UnknownEnvError(f"unknown {family_name} env {env_id!r}{hint}; {family_name} has {len(ids)} ids")
+            raise UnknownNameError(f"unknown {family_name} env {env_id!r}{hint}; {family_name} has {len(ids)} ids")
     return _resolve(family.make)(inner, **env_args)
 
 

@@ -87,7 +87,8 @@ class OpenEnvEnv(TextGameEnv):
             self.env = env_cls(**kwargs)
             self.tool = action_tool(self.model.model_json_schema(), lambda **args: self.env.step(self.model(**args)))
         self.harness = Harness(self.format, budget=self.max_turns)
-        self.system_prompt = self.system_prompt or self.harness.system_message(INSTRUCTIONS, {self.tool.name: self.tool})
+        tools = {self.tool.name: self.tool}
+        self.system_prompt = self.system_prompt or self.harness.system_message(INSTRUCTIONS, tools)
 
     @staticmethod
     def _schema(url: str, timeout_s: float) -> dict[str, Any]:
