@@ -3,6 +3,7 @@ data it passes. Policies by name are loaded by `sleuth.agents.policies.load_poli
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,7 +29,7 @@ class Request:
     turn: int = 0
     env_info: dict[str, Any] = field(default_factory=dict)  # the info from reset (tools, format, budget)
     sample: int | None = None  # the episode's index in its run: a server seeds (sample, turn), whatever the batching
-    legal_actions: list[str] | None = None  # the moves a text env says it accepts now (None: it does not say)
+    legal_actions: Sequence[str] | None = None  # the moves a text env says it accepts now (None: it does not say)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,7 +78,7 @@ class StepOutcome:
     tool_call: dict[str, Any] | None
     error: str | None
     verdict: Verdict | None
-    legal_actions: list[str] | None  # what a text env accepts next, where it says (`envs/families`)
+    legal_actions: Sequence[str] | None  # what a text env accepts next, where it says (`envs/families`)
     info: dict[str, Any]
 
     @classmethod
@@ -102,7 +102,7 @@ class Episode:
     reset_info: dict[str, Any]
     started: float = field(default_factory=time.perf_counter)
     first_turn: int = 0  # turns before the trajectory's first (a branch's replayed ones)
-    legal_actions: list[str] | None = None  # from the last reset or step
+    legal_actions: Sequence[str] | None = None  # from the last reset or step
 
     def request(self) -> Request:
         return Request(self.context, self.messages, self.task, self.first_turn + len(self.traj.turns),

@@ -23,6 +23,7 @@ import contextlib
 import threading
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -117,7 +118,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
             except (ValueError, TypeError, KeyError) as e:
                 return JSONResponse({"detail": f"reset failed: {type(e).__name__}: {e}"}, 422)
             s["reset"] = True
-        return {"observation": obs, "info": info}
+        return {"observation": obs, "info": _wire(info)}
 
     @app.post("/sessions/{sid}/step")
     def step(sid: str, req: Step):
@@ -137,7 +138,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
             if terminated or truncated:
                 s["reset"] = False
             out = {"observation": obs, "reward": float(reward), "terminated": bool(terminated),
-                   "truncated": bool(truncated), "info": info}
+                   "truncated": bool(truncated), "info": _wire(info)}
             s["last_step"] = (req.seq, out) if req.seq is not None else None
         return out
 
@@ -149,6 +150,15 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
         return {"closed": sid}
 
     return app
+
+
+def _wire(value: Any) -> Any:
+    """An env's info as JSON takes it: any sequence (a text env's lazily listed legal moves) as a list."""
+    if isinstance(value, Mapping):
+        return {k: _wire(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [_wire(v) for v in value]
+    return value
 
 
 def serve(env_id: str, host: str = "127.0.0.1", port: int = 8002, env_kwargs: dict[str, Any] | None = None,

@@ -2,7 +2,6 @@
 driven by its real library, through the Env contract, the agent loop and `sleuth eval`."""
 
 import json
-import socket
 import threading
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from sleuth.cli import main
 from sleuth.envs.families import EnvFailure, MissingExtraError
 from sleuth.envs.families.base import require
 from sleuth.envs.registry import UnknownEnvError
+from sleuth.net import free_port
 from sleuth.tasks import LeakageError, check_tasks, held_out_specs, load_held_out, load_tasks
 
 FOREIGN = str(Path(__file__).parent / "foreign")
@@ -208,12 +208,6 @@ def test_an_env_that_raises_in_step_fails_the_episode_and_is_never_scored(monkey
         env.step(_call(999))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_running_openenv_server_plays_through_openenv_cores_own_client(monkeypatch, tmp_path):
     import uvicorn
     from openenv.core.env_server.http_server import create_fastapi_app
@@ -223,7 +217,7 @@ def test_a_running_openenv_server_plays_through_openenv_cores_own_client(monkeyp
 
     app = create_fastapi_app(openenv_guess.GuessEnvironment, openenv_guess.GuessAction,
                              openenv_guess.GuessObservation, max_concurrent_envs=4)
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -293,3 +287,17 @@ def test_grpo_trains_two_steps_on_a_reasoning_gym_and_a_textarena_env(tiny_model
         assert cfg.tasks == "seeds:train"
         rows = Trainer(cfg, progress=False).train()
         assert len(rows) == 2 and all(r["episodes/sampled"] == 4 for r in rows)
+
+
+def test_a_family_env_served_by_sleuth_serve_env_keeps_its_legal_moves():
+    from sleuth.envs.env_server import create_app
+    from sleuth.net import in_thread
+
+    with in_thread(create_app("gem:game:GuessTheNumber-v0-easy")) as url:
+        trajs = list(run_episodes(lambda: sleuth.make("Remote-v0", url=url), load_tasks("seeds:0-2"),
+                                  load_policy("random-legal"), concurrency=3))
+    local = list(run_episodes(lambda: sleuth.make("gem:game:GuessTheNumber-v0-easy"), load_tasks("seeds:0-2"),
+                              load_policy("random-legal"), concurrency=3))
+    key = lambda t: t.task_id  # noqa: E731
+    assert [(t.task_id, t.verdict.score, [u.action_text for u in t.turns]) for t in sorted(trajs, key=key)] == \
+        [(t.task_id, t.verdict.score, [u.action_text for u in t.turns]) for t in sorted(local, key=key)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 from abc import abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, ClassVar
@@ -57,6 +58,30 @@ class EnvFamily:
     harness: str = FREE
 
 
+class LegalMoves(Sequence[str]):
+    """The moves an env accepts now, listed only when read: listing costs more than a step of a small game (GEM
+    draws its random action 16 times), and only the `random-legal` baseline reads them. The agent loop reads a
+    step's moves before the env's next step, so the env is still where the moves describe."""
+
+    def __init__(self, list_moves: Callable[[], list[str] | None]):
+        self._list, self._moves = list_moves, None
+
+    @property
+    def moves(self) -> list[str]:
+        if self._moves is None:
+            self._moves = self._list() or []
+        return self._moves
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self.moves[i]
+
+    def __len__(self) -> int:
+        return len(self.moves)
+
+    def __repr__(self) -> str:
+        return f"LegalMoves({self.moves!r})"
+
+
 @dataclass
 class Move:
     """What one step of the foreign env gave, in its own terms."""
@@ -65,7 +90,7 @@ class Move:
     reward: float = 0.0
     terminated: bool = False
     truncated: bool = False
-    legal_actions: list[str] | None = None
+    legal_actions: Sequence[str] | None = None
     details: dict[str, Any] = field(default_factory=dict)  # facts for the step's info (e.g. an invalid move)
 
 

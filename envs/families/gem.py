@@ -2,10 +2,11 @@
 take a text action and return the Gym 5-tuple; their rewards are kept as they are (a game's success 1.0, a
 format error −0.1 that ends it), so the score is the episode's return.
 
-Seeding: GEM seeds Python's and NumPy's global generators at reset (`gem.utils.seeding.set_seed`), so an
-episode is fixed by its seed only while nothing else draws from them between steps; the legal moves offered
-to the `random-legal` baseline are drawn with those generators saved and restored around the draw, so
-listing them never changes the game.
+Seeding: GEM draws from Python's and NumPy's global generators, seeded at reset (`gem.utils.seeding.set_seed`).
+So that an episode is fixed by its seed whatever else runs (other GEM envs in other threads, sleuth's own
+draws), each env keeps its own copy of both generators' state: a call into GEM runs under one process-wide lock
+with the env's state put in place, and takes it back out after. The legal moves offered to the `random-legal`
+baseline are drawn from a copy that is then thrown away, so listing them never changes the game.
 
 Nothing downloads at run time: an env that would fetch a data set from the hub (GEM's math, QA and code envs
 name one in `dataset_name`) or NLTK data it lacks (Wordle, Hangman) is refused in one line before it starts;
@@ -15,13 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from sleuth.envs.families.base import Move, TextGameEnv, require
+from sleuth.envs.families.base import LegalMoves, Move, TextGameEnv, require
 from sleuth.tasks.base import Task
 
 LEGAL_SAMPLES = 16  # random actions drawn to list as legal moves (deduplicated)
@@ -56,14 +58,30 @@ def _no_downloads(env_id: str) -> Iterator[None]:
         nltk.download = real
 
 
-@contextlib.contextmanager
-def _rng_kept() -> Iterator[None]:
-    py, npy = random.getstate(), np.random.get_state()
-    try:
-        yield
-    finally:
-        random.setstate(py)
-        np.random.set_state(npy)
+_GLOBAL_RNG = threading.Lock()  # GEM's generators are the process's: one env's call at a time
+
+
+class _OwnRng:
+    """An env's own copy of Python's and NumPy's global generator states."""
+
+    def __init__(self) -> None:
+        self.state: tuple[Any, Any] | None = None
+
+    @contextlib.contextmanager
+    def active(self, keep: bool = True) -> Iterator[None]:
+        """Run with this env's state in the global generators (`keep`: save what the call leaves there)."""
+        with _GLOBAL_RNG:
+            outside = random.getstate(), np.random.get_state()
+            if self.state is not None:
+                random.setstate(self.state[0])
+                np.random.set_state(self.state[1])
+            try:
+                yield
+            finally:
+                if keep:
+                    self.state = random.getstate(), np.random.get_state()
+                random.setstate(outside[0])
+                np.random.set_state(outside[1])
 
 
 class GemEnv(TextGameEnv):
@@ -79,24 +97,27 @@ class GemEnv(TextGameEnv):
             raise DownloadRefused(f"gem:{env_id} loads the data set {dataset!r} from the Hugging Face hub; nothing "
                                   "downloads at run time here: pass env_args dataset_name=<a local copy>")
         self.kwargs = kwargs
-        with _no_downloads(env_id):
+        self.rng = _OwnRng()
+        with _no_downloads(env_id), self.rng.active():
             self.env = gem.make(env_id, **kwargs)
 
     def env_args(self) -> dict[str, Any]:
         return dict(self.kwargs)
 
     def begin(self, task: Task, seed: int) -> Move:
-        obs, _ = self.env.reset(seed=seed)
-        return Move(obs, legal_actions=self._legal())
+        with self.rng.active():
+            obs, _ = self.env.reset(seed=seed)
+        return Move(obs, legal_actions=LegalMoves(self._legal))
 
     def advance(self, action: str) -> Move:
-        obs, reward, terminated, truncated, _ = self.env.step(action)
+        with self.rng.active():
+            obs, reward, terminated, truncated, _ = self.env.step(action)
         return Move(obs, float(reward), bool(terminated), bool(truncated),
-                    None if terminated or truncated else self._legal())
+                    None if terminated or truncated else LegalMoves(self._legal))
 
     def _legal(self) -> list[str] | None:
         """Moves GEM's own `sample_random_action` offers now (None where the env implements none)."""
-        with _rng_kept():
+        with self.rng.active(keep=False):
             try:
                 moves = [self.env.sample_random_action() for _ in range(LEGAL_SAMPLES)]
             except NotImplementedError:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 from typing import Any, Protocol
 
-from sleuth.envs.families.base import Move, TextGameEnv, require
+from sleuth.envs.families.base import LegalMoves, Move, TextGameEnv, require
 from sleuth.tasks.base import Task
 from sleuth.verifiers.base import Verdict
 
@@ -43,13 +44,13 @@ def listed_moves(text: str) -> list[str] | None:
 
 
 class Opponent(Protocol):
-    def act(self, observation: str, legal_actions: list[str] | None, rng: random.Random) -> str: ...
+    def act(self, observation: str, legal_actions: Sequence[str] | None, rng: random.Random) -> str: ...
 
 
 class RandomLegal:
     """A listed move at random; where the game lists none, any bracketed token of the observation."""
 
-    def act(self, observation: str, legal_actions: list[str] | None, rng: random.Random) -> str:
+    def act(self, observation: str, legal_actions: Sequence[str] | None, rng: random.Random) -> str:
         options = legal_actions or _MOVE.findall(observation)
         return rng.choice(options) if options else ""
 
@@ -112,8 +113,8 @@ class TextArenaEnv(TextGameEnv):
             player, messages = self.game.get_observation()
             text = render(messages)
             if player == self.seat:
-                return Move(text, legal_actions=listed_moves(text))
-            done, _ = self.game.step(self.opponent.act(text, listed_moves(text), self.rng))
+                return Move(text, legal_actions=LegalMoves(lambda t=text: listed_moves(t)))
+            done, _ = self.game.step(self.opponent.act(text, LegalMoves(lambda t=text: listed_moves(t)), self.rng))
             if done:
                 return self._finish()
 
