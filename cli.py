@@ -166,6 +166,21 @@ def cmd_serve_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve_openenv(args: argparse.Namespace) -> int:
+    try:
+        from sleuth.envs.outbound.openenv import create_app
+
+        app = create_app(args.env, args.tasks, args.max_sessions, **_kv(args.env_arg))
+    except Exception as e:  # a missing extra, a bad env id, task spec or argument: one line, not a traceback
+        return _fail(f"cannot serve {args.env} as an OpenEnv env: {type(e).__name__}: {e}")
+    import uvicorn
+
+    print(f"serving {args.env} over {args.tasks} as an OpenEnv env on http://{args.host}:{args.port} "
+          f"(at most {args.max_sessions} sessions)", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
 def cmd_serve_verifier(args: argparse.Namespace) -> int:
     from sleuth.verifiers.registry import get_verifier
     from sleuth.verifiers.server import serve
@@ -303,6 +318,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="close sessions idle this long (s)")
     en.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
     en.set_defaults(fn=cmd_serve_env)
+    oe = sv.add_parser("openenv", help="serve a tool env as an OpenEnv env (openenv-core's HTTP + WebSocket "
+                       "protocol; MCP call_tool / list_tools actions)")
+    oe.add_argument("--env", required=True)
+    oe.add_argument("--tasks", required=True, help="the tasks served: reset(seed=i) plays task i mod n")
+    oe.add_argument("--host", default="127.0.0.1")
+    oe.add_argument("--port", type=bounded(int, 0), default=8003)
+    oe.add_argument("--max-sessions", type=bounded(int, 1), default=64)
+    oe.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    oe.set_defaults(fn=cmd_serve_openenv)
     v = sv.add_parser("verifier", help="serve a verifier over HTTP (POST /score, POST /get_reward, GET /health)")
     v.add_argument("--name", required=True, help=f"a registered verifier: {verifiers}")
     v.add_argument("--host", default="127.0.0.1")
