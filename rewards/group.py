@@ -5,6 +5,7 @@
 - `dr_grpo` (Liu et al. 2025, "Understanding R1-Zero-like training"): A_i = r_i − mean(r), no std
   division (pair it with the `seq_mean_token_sum_norm` loss aggregation).
 - `rloo` (Ahmadian et al. 2024): A_i = r_i − mean_{j≠i} r_j = G/(G−1)·(r_i − mean(r)).
+- `none`: 0 everywhere (pure on-policy distillation, where the teacher is the only signal).
 """
 
 from __future__ import annotations
@@ -61,3 +62,14 @@ def dr_grpo() -> GroupOutcome:
 @register("rloo", source="sleuth")
 def rloo() -> GroupOutcome:
     return GroupOutcome("rloo")
+
+
+@register("none", source="sleuth")
+class NoAdvantage(Estimator):
+    """Every advantage 0: the run learns only from what the trainer adds to them (`algorithm.distill`: pure
+    on-policy distillation). No group baseline, so a group of one is fine."""
+
+    group_relative = False
+
+    def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> Advantages:
+        return Advantages([np.zeros(t.num_policy_tokens) for t in trajs])

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from sleuth.agents.trajectory import Trajectory
+from sleuth.training.distill import TeacherTokens
 from sleuth.training.packing import layout
 
 
@@ -25,6 +26,7 @@ class Batch:
     sampling_logprobs: torch.Tensor  # (B, L) float: the rollout engine's, 0 off the mask
     index: list[int]  # which trajectory each row holds
     old_logprobs: torch.Tensor | None = None  # (B, L) π_old of the ratio; None: the sampling logprobs
+    teacher: TeacherTokens | None = None  # (B, L) rows of on-policy distillation's teacher numbers
 
     def __post_init__(self) -> None:
         if self.old_logprobs is None:
@@ -36,17 +38,19 @@ class Batch:
     def to(self, device: torch.device | str) -> Batch:
         return Batch(self.input_ids.to(device), self.attention_mask.to(device), self.loss_mask.to(device),
                      self.advantages.to(device), self.sampling_logprobs.to(device), self.index,
-                     self.old_logprobs.to(device))
+                     self.old_logprobs.to(device), self.teacher.to(device) if self.teacher is not None else None)
 
     def with_loss_mask(self, mask: torch.Tensor) -> Batch:
         return Batch(self.input_ids, self.attention_mask, mask, self.advantages, self.sampling_logprobs,
-                     self.index, self.old_logprobs)
+                     self.index, self.old_logprobs, self.teacher)
 
 
 def build_batch(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray], pad_id: int,
-                index: Sequence[int] | None = None, old_logprobs: Sequence[torch.Tensor] | None = None) -> Batch:
+                index: Sequence[int] | None = None, old_logprobs: Sequence[torch.Tensor] | None = None,
+                teacher: Sequence[TeacherTokens] | None = None) -> Batch:
     """Right-padded tensors of `trajs`; `old_logprobs` (one tensor per trajectory, aligned with its token
-    ids) are π_old of the ratio, the sampling logprobs when not given."""
+    ids) are π_old of the ratio, the sampling logprobs when not given; `teacher` a distillation teacher's
+    numbers, one per trajectory, likewise aligned."""
     index = list(index) if index is not None else list(range(len(trajs)))
     width = max((len(t.token_ids()) for t in trajs), default=1)
     n = len(trajs)
@@ -72,12 +76,27 @@ def build_batch(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray], p
         slp[row, :len(tok)] = torch.tensor(t.sampling_logprobs(), dtype=torch.float32)
         if old is not None:
             old[row, :len(tok)] = old_logprobs[row]
-    return Batch(ids, attn, mask, adv, slp, index, old)
+    return Batch(ids, attn, mask, adv, slp, index, old, _pad_teacher(teacher, width) if teacher is not None else None)
+
+
+def _pad_teacher(rows: Sequence[TeacherTokens], width: int) -> TeacherTokens:
+    """One trajectory's teacher numbers per row, right-padded with zeros (no signal) to `width`."""
+    def pad(xs: list[torch.Tensor]) -> torch.Tensor:
+        out = xs[0].new_zeros((len(xs), width, *xs[0].shape[1:]))
+        for row, x in enumerate(xs):
+            out[row, :len(x)] = x
+        return out
+
+    k = rows[0].topk_ids is not None
+    return TeacherTokens(pad([r.logprobs for r in rows]), pad([r.signal for r in rows]), pad([r.turn for r in rows]),
+                         pad([r.topk_ids for r in rows]) if k else None,
+                         pad([r.topk_logprobs for r in rows]) if k else None)
 
 
 def micro_batches(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray], pad_id: int,
                   max_tokens: int, old_logprobs: Sequence[torch.Tensor] | None = None,
-                  packed: bool = False, share: bool = False) -> list[Batch]:
+                  packed: bool = False, share: bool = False,
+                  teacher: Sequence[TeacherTokens] | None = None) -> list[Batch]:
     """Group trajectories (longest first, so padding stays small) into micro-batches of at most `max_tokens`
     tokens each; a longer single trajectory gets a micro-batch of its own. Counted as padded tokens (rows ×
     the longest row), or with `packed` as the tokens of the packed row the forward runs (`packing.layout`;
@@ -106,4 +125,5 @@ def micro_batches(trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray],
             continue
         out.append([i])
     return [build_batch([trajs[i] for i in idx], [advantages[i] for i in idx], pad_id, idx,
-                        [old_logprobs[i] for i in idx] if old_logprobs is not None else None) for idx in out]
+                        [old_logprobs[i] for i in idx] if old_logprobs is not None else None,
+                        [teacher[i] for i in idx] if teacher is not None else None) for idx in out]

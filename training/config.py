@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from sleuth.training.cluster import ClusterConfig
+from sleuth.training.distill import DistillConfig
 from sleuth.training.engine import EngineConfig
 from sleuth.training.losses import LossConfig
 from sleuth.training.metrics import WandbConfig
@@ -106,8 +107,14 @@ class RolloutConfig:
 
 @dataclass
 class AlgorithmConfig:
-    estimator: str = "grpo"
+    estimator: str = "grpo"  # `none` with `distill`: pure on-policy distillation
     estimator_args: dict[str, Any] = field(default_factory=dict)
+    distill: DistillConfig = field(default_factory=DistillConfig)  # a teacher's per-token signal (off: no teacher)
+
+    def __post_init__(self) -> None:
+        if self.estimator == "none" and not self.distill.enabled:
+            raise ValueError("algorithm.estimator: none leaves nothing to learn from without algorithm.distill: "
+                             "name a teacher (algorithm.distill.teacher) or an estimator")
 
 
 @dataclass
@@ -127,7 +134,7 @@ class EvalConfig:
 # Estimators whose advantage is one number per episode, from its outcome: the ones an agent run through the
 # gateway can train (it has no env events such as reads for a step reward), each segment of an episode
 # taking the episode's advantage.
-OUTCOME_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
+OUTCOME_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "none")
 
 
 @dataclass
@@ -214,6 +221,9 @@ class TrainConfig:
                              "update.old_logprobs: rollout they are the same policy: set old_logprobs: recompute "
                              "or rollout_is: none")
         rc = self.rollout
+        if self.algorithm.estimator == "none" and rc.zero_variance != "keep":
+            raise ValueError(f"algorithm.estimator: none gives every group a zero advantage, so rollout.zero_variance "
+                             f"{rc.zero_variance} would leave out every group the teacher scores: set it to keep")
         if rc.group_size == 1:
             import sleuth.rewards  # noqa: F401  (registers the shipped estimators)
             from sleuth.rewards.base import declares_group_relative

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from sleuth.training.losses import chunked_logprobs, scored_logprobs
 from sleuth.training.packing import layout, use_segment_attention
@@ -57,6 +58,37 @@ class Scored:
         if self.full is not None:
             return scored_logprobs(self.logits, input_ids, mask, with_entropy)
         return chunked_logprobs(self.selected, self.head, self.temperature, input_ids, mask, with_entropy, self.chunk)
+
+    def logprobs_at(self, index: torch.Tensor) -> torch.Tensor:
+        """(n, k) log-probabilities of the ids `index` (n, k) at the n scored positions (a distillation loss reads
+        the student at the teacher's top-k ids), `chunk` positions at a time, each chunk recomputed in the
+        backward pass where several need gradients."""
+        def part(rows: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+            logits = rows.float() / self.temperature if self.full is not None else \
+                self.head(rows).float() / self.temperature
+            return torch.log_softmax(logits, dim=-1).gather(-1, idx)
+
+        rows = self.full if self.full is not None else self.selected
+        recompute = torch.is_grad_enabled() and rows.requires_grad and rows.shape[0] > self.chunk
+        spans = [slice(i, i + self.chunk) for i in range(0, rows.shape[0], self.chunk)]
+        parts = [checkpoint(part, rows[s], index[s], use_reentrant=False) if recompute else part(rows[s], index[s])
+                 for s in spans]
+        return torch.cat(parts) if parts else index.new_zeros(index.shape, dtype=torch.float32)
+
+    @torch.no_grad()
+    def topk(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids, log-probabilities), each (n, k): the k likeliest ids at each of the n scored positions."""
+        rows = self.full if self.full is not None else self.selected
+        ids, lps = [], []
+        for i in range(0, rows.shape[0], self.chunk):
+            chunk = rows[i:i + self.chunk]
+            logits = chunk.float() if self.full is not None else self.head(chunk).float()
+            top = torch.log_softmax(logits / self.temperature, dim=-1).topk(k, dim=-1)
+            ids.append(top.indices)
+            lps.append(top.values)
+        if not ids:
+            return torch.zeros((0, k), dtype=torch.long), torch.zeros((0, k))
+        return torch.cat(ids), torch.cat(lps)
 
 
 def causal_lm(module: torch.nn.Module) -> torch.nn.Module:

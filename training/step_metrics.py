@@ -72,7 +72,7 @@ def step_row(parts: list[StepPart], times: dict[str, float], sync: dict[str, flo
     for k, v in comps.items():
         row.update(describe(f"reward/{k}", v))
     row.update(describe("adv", [x for p in parts for x in p.adv], ("mean", "absmax")))
-    for k in ("policy", "kl", "entropy", "mix"):  # numerators over the global denominator: summed over ranks
+    for k in ("policy", "kl", "entropy", "mix", "distill"):  # numerators over the global denominator: summed over ranks
         row[f"loss/{k}"] = sum(getattr(p.update, f"loss_{k}") for p in parts)
     first = parts[0].update
     row["grad_norm"] = first.grad_norm
@@ -95,6 +95,8 @@ def step_row(parts: list[StepPart], times: dict[str, float], sync: dict[str, flo
         row["is/clipped"] = mean(cat("is_clipped"), 0.0)
         row["is/masked"] = mean(cat("is_masked"), 0.0)
     row.update(describe("mismatch", cat("mismatch"), ("mean", "p99", "max")))
+    if "teacher" in times:
+        row.update(distill_metrics(cat("distill_kl"), cat("distill_turn"), cat("distill_signal"), times["teacher"]))
     n_groups = max(sum(p.groups for p in parts), 1)
     zv: Counter[str] = Counter()
     for p in parts:
@@ -121,7 +123,7 @@ def step_row(parts: list[StepPart], times: dict[str, float], sync: dict[str, flo
     row["truncation_rate"] = mean([x for p in parts for x in p.truncated], 0.0)
     row["tokens_per_s/rollout"] = sum(p.gen_tokens for p in parts) / max(times["rollout"], 1e-9)
     row["tokens_per_s/update"] = sum(p.update.train_tokens for p in parts) / max(times["update"], 1e-9)
-    row.update({f"time/{k}": v for k, v in times.items()})
+    row.update({f"time/{k}": v for k, v in times.items() if k != "teacher"})  # the teacher's: distill/teacher_s
     row.update(sync)
     row["policy_version"] = policy_version
     streams = [p.stream for p in parts if p.stream is not None]
@@ -131,6 +133,20 @@ def step_row(parts: list[StepPart], times: dict[str, float], sync: dict[str, flo
         row["async/partial"] = sum(s.partial for s in streams)
         row["async/staleness_mean"] = mean(ages)
         row["async/staleness_max"] = max(ages, default=0)
+    return row
+
+
+def distill_metrics(kl: Sequence[float], turn: Sequence[float], signal: Sequence[float],
+                    teacher_s: float) -> dict[str, float]:
+    """On-policy distillation's row: the sampled-token reverse KL log π_s − log π_T per token (its mean is an
+    estimate of KL(π_s ‖ π_T) per token), overall and per turn of the episode; the share of policy tokens the
+    teacher scored; the seconds the teacher took."""
+    kl_a, turn_a = np.asarray(kl, dtype=np.float64), np.asarray(turn, dtype=np.float64)
+    row = {"distill/reverse_kl": float(kl_a.mean()) if kl_a.size else float("nan"),
+           "distill/signal_share": float(np.mean(signal)) if len(signal) else float("nan"),
+           "distill/teacher_s": teacher_s}
+    for k in np.unique(turn_a):
+        row[f"distill/reverse_kl/turn_{int(k)}"] = float(kl_a[turn_a == k].mean())
     return row
 
 

@@ -43,6 +43,7 @@ from sleuth.training.rollouts import make_rollout
 from sleuth.training.run import PROBE, RunDir, load_policy_model, load_reference
 from sleuth.training.sampler import TaskSampler
 from sleuth.training.step_metrics import StepPart, components, ranges, step_row, why_no_signal
+from sleuth.training.teacher import load_teacher
 from sleuth.training.update import PolicyUpdater, all_sum
 
 T = TypeVar("T")
@@ -106,9 +107,13 @@ class Trainer:
 
             mixing = Mixing(self.estimator.mixing, self.engine.module, self.model.hidden_size, temperature,
                             cfg.update.packing)
+        distill = cfg.algorithm.distill
+        self.teacher = load_teacher(distill, self.model, cfg.update.packing, cfg.update.logit_chunk,
+                                    cfg.update.micro_batch_tokens) if distill.enabled else None
         self.updater = PolicyUpdater(self.engine, cfg.update, cfg.loss, self.model.pad_id,
                                      ref=load_reference(self.model) if cfg.loss.kl_coef > 0 else None,
-                                     temperature=temperature, mixing=mixing, seed=cfg.seed + self.rank)
+                                     temperature=temperature, mixing=mixing, seed=cfg.seed + self.rank,
+                                     distill=distill)
         self.probe_ids = ChatRenderer(self.tokenizer).prompt_ids(PROBE)
         self.rollout = make_rollout(cfg.rollout, cfg.cluster, cfg.update, self.model_path, self.model.dtype,
                                     self.probe_ids, self.world)
@@ -183,7 +188,9 @@ class Trainer:
         t2 = time.perf_counter()
         t1 = t2 - got.reward_s
         advantages = got.advantages
-        upd = self.updater.update(kept, advantages)
+        teacher = self.teacher.score(kept, self.tasks_by_id) if self.teacher is not None else None
+        t_teacher = time.perf_counter() - t2
+        upd = self.updater.update(kept, advantages, teacher)
         t3 = time.perf_counter()
         sync = {**self._sync(), **(self.envs.stats() if self.envs is not None else {})}
         if self.estimator.refresh_due(step):  # e.g. the information-gain reader becomes a snapshot of the policy
@@ -205,13 +212,16 @@ class Trainer:
             branches=got.branches, demos=got.demos)
         # step_cpu: this process's CPU seconds over the step, all its threads (episodes per CPU-minute is
         # what a CPU run is limited by); a vLLM server's own are not in it
-        times = {"rollout": t1 - t0, "reward": t2 - t1, "update": t3 - t2, "sync": t4 - t3,
+        times = {"rollout": t1 - t0, "reward": t2 - t1, "update": t3 - t2 - t_teacher, "sync": t4 - t3,
                  "step_cpu": time.process_time() - cpu0}
+        if self.teacher is not None:
+            times["teacher"] = t_teacher
         row = step_row(_gather(part), times, sync, self.cfg.loss.rollout_is != "none", self.rollout.policy.version,
                        self.cfg.rollout.group_size)
         # no learning signal: nothing the reward said reached the weights (no trajectory kept, every advantage 0,
         # or a gradient of exactly 0); the same decision on every rank (the row is global)
-        row["no_signal"] = float(not row["adv/absmax"] > 0 or row["grad_norm"] == 0)
+        # (a teacher's signal is no advantage of the estimator's: with one, only a zero gradient is no signal)
+        row["no_signal"] = float((not row["adv/absmax"] > 0 and self.teacher is None) or row["grad_norm"] == 0)
         if row["no_signal"]:
             self.no_signal_steps.append(step)
             if len(self.no_signal_steps) == 1 and self.rank == 0:

@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from sleuth.agents.trajectory import Trajectory
 from sleuth.training.batch import Batch, micro_batches
+from sleuth.training.distill import DistillConfig, TeacherTokens, reverse_kl_penalty, topk_divergence
 from sleuth.training.engine import device
 from sleuth.training.forward import ScoredForward
 from sleuth.training.losses import (
@@ -75,7 +76,8 @@ class UpdateConfig:
 
 
 TOKEN_STATS = ("ratio", "log_ratio", "log_ratio_clamped", "clip_low", "clip_high", "clip_dual", "kl", "entropy",
-               "mismatch", "is_weight", "is_clipped", "is_masked", "mixed_adv")
+               "mismatch", "is_weight", "is_clipped", "is_masked", "mixed_adv", "distill_kl", "distill_turn",
+               "distill_signal")
 
 
 @dataclass
@@ -98,10 +100,16 @@ class UpdateStats:
     is_masked: list[float] = field(default_factory=list)
     mixed_adv: list[float] = field(default_factory=list)  # gear_mix: the advantage the loss used
     mix_weights: list[float] = field(default_factory=list)  # gear_mix: mean weight per granularity
+    # distillation (first epoch): per policy token with a teacher signal, log π_s − log π_T and its turn; per
+    # policy token, 1 where the teacher scored it
+    distill_kl: list[float] = field(default_factory=list)
+    distill_turn: list[float] = field(default_factory=list)
+    distill_signal: list[float] = field(default_factory=list)
     loss_policy: float = 0.0
     loss_kl: float = 0.0
     loss_entropy: float = 0.0
     loss_mix: float = 0.0
+    loss_distill: float = 0.0  # the top-k kinds' loss term (reverse_kl enters the advantage instead)
     group_ess: list[float] = field(default_factory=list)  # per group, see `group_ess`
     grad_norm: float = float("nan")
     optimizer_steps: int = 0
@@ -112,7 +120,8 @@ class UpdateStats:
 class _Tally:
     """What an update measures across its optimizer steps."""
     stats: dict[str, list[torch.Tensor]] = field(default_factory=lambda: {k: [] for k in (*TOKEN_STATS, "mix")})
-    losses: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("policy", "kl", "entropy", "mix"), 0.0))
+    losses: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(("policy", "kl", "entropy", "mix", "distill"), 0.0))
     grad_norms: list[float] = field(default_factory=list)
     # per group: each member's sequence log-weight log π_old(y) − log π_rollout(y), measured once
     seq_log_w: dict[str, list[float]] = field(default_factory=dict)
@@ -143,12 +152,12 @@ def group_ess(log_w: Sequence[float]) -> float:
 
 class PolicyUpdater:
     """The policy update of `update:` (its batching and PPO loop) under the objective of `loss:`. `ref` is the
-    frozen reference model of the KL term, `mixing` GEAR's learned mix of advantage granularities; `seed`
-    orders the mini-batches."""
+    frozen reference model of the KL term, `mixing` GEAR's learned mix of advantage granularities, `distill`
+    how a teacher's numbers (given to `update`) enter; `seed` orders the mini-batches."""
 
     def __init__(self, engine: Any, update: UpdateConfig, loss: LossConfig, pad_id: int,
                  ref: torch.nn.Module | None = None, temperature: float = 1.0, mixing: Mixing | None = None,
-                 seed: int = 0):
+                 seed: int = 0, distill: DistillConfig | None = None):
         if loss.rollout_is != "none" and update.old_logprobs == "rollout":
             raise ValueError("rollout_is needs old_logprobs='recompute' (with 'rollout' π_old is π_rollout)")
         self.engine, self.cfg, self.loss, self.pad_id, self.ref = engine, update, loss, pad_id, ref
@@ -160,14 +169,19 @@ class PolicyUpdater:
                                           share_prefix=update.share_prefix) if ref is not None else None)
         self.mixing = mixing  # GEAR's learned mixing of advantage granularities + EMA self-distillation
         self.seed, self.calls = seed, 0
+        self.distill = distill if distill is not None and distill.enabled else None
 
-    def update(self, trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray]) -> UpdateStats:
-        """`epochs × mini_batches` optimizer steps over this rank's trajectories. Every rank runs the same
-        number of forwards in every step (padding with empty micro-batches), because ZeRO's collectives need
-        every rank in every forward/backward."""
+    def update(self, trajs: Sequence[Trajectory], advantages: Sequence[np.ndarray],
+               teacher: Sequence[TeacherTokens] | None = None) -> UpdateStats:
+        """`epochs × mini_batches` optimizer steps over this rank's trajectories (`teacher`: the distillation
+        teacher's numbers for each). Every rank runs the same number of forwards in every step (padding with
+        empty micro-batches), because ZeRO's collectives need every rank in every forward/backward."""
         self.calls += 1
-        pairs = [(t, a) for t, a in zip(trajs, advantages, strict=True) if t.num_policy_tokens > 0]
-        trajs, advantages = [p[0] for p in pairs], [p[1] for p in pairs]
+        if (self.distill is not None) != (teacher is not None):
+            raise ValueError("a distillation update needs the teacher's numbers, and only it takes them")
+        keep = [i for i, t in enumerate(trajs) if t.num_policy_tokens > 0]
+        trajs, advantages = [trajs[i] for i in keep], [advantages[i] for i in keep]
+        teacher = [teacher[i] for i in keep] if teacher is not None else None
         one_step = self.cfg.epochs * self.cfg.mini_batches == 1
         recompute = self.cfg.old_logprobs == "recompute" and not (one_step and self.loss.rollout_is == "none")
         old = self._recompute(trajs) if recompute else None
@@ -181,7 +195,8 @@ class PolicyUpdater:
                 first_pass = epoch == 0
                 self._optimizer_step([trajs[i] for i in idx], [advantages[i] for i in idx],
                                      [old[i] for i in idx] if old is not None else None, tally, first_pass,
-                                     first_pass and (old is not None or part == 0))
+                                     first_pass and (old is not None or part == 0),
+                                     [teacher[i] for i in idx] if teacher is not None else None)
         return tally.result(sum(len(t.token_ids()) for t in trajs) * self.cfg.epochs)
 
     # -- π_old --------------------------------------------------------------------------------------
@@ -194,7 +209,7 @@ class PolicyUpdater:
         out: list[torch.Tensor | None] = [None] * len(trajs)
         dev = device()
         for i in range(int(all_max(len(batches)))):
-            b = (batches[i] if i < len(batches) else _empty_like(batches[0] if batches else None, self.pad_id)).to(dev)
+            b = (batches[i] if i < len(batches) else empty_batch(batches[0] if batches else None, self.pad_id)).to(dev)
             scored = self.policy(b.input_ids, b.attention_mask, b.loss_mask)
             lp = scored.logprobs(b.input_ids, b.loss_mask)[0].cpu()
             for row, j in enumerate(b.index):
@@ -203,12 +218,14 @@ class PolicyUpdater:
 
     # -- one optimizer step -------------------------------------------------------------------------
     def _optimizer_step(self, trajs: list[Trajectory], advantages: list[np.ndarray], old: list[torch.Tensor] | None,
-                        tally: _Tally, first_pass: bool, measure_mismatch: bool) -> None:
+                        tally: _Tally, first_pass: bool, measure_mismatch: bool,
+                        teacher: list[TeacherTokens] | None = None) -> None:
         """Forward/backward of every micro-batch of this mini-batch, then one optimizer step (none where no
         rank has a policy token)."""
         lc = self.loss
         batches = (micro_batches(trajs, advantages, self.pad_id, self.cfg.micro_batch_tokens, old,
-                                 packed=self.policy.uses_packing(), share=self.policy.shares_prefix()) if trajs else [])
+                                 packed=self.policy.uses_packing(), share=self.policy.shares_prefix(),
+                                 teacher=teacher) if trajs else [])
         weights = []
         for k, b in enumerate(batches):
             iw = None
@@ -233,7 +250,7 @@ class PolicyUpdater:
         self.engine.train()
         for i in range(n_micro):
             real = i < len(batches)
-            b = (batches[i] if real else _empty_like(batches[0] if batches else None, self.pad_id)).to(dev)
+            b = (batches[i] if real else empty_batch(batches[0] if batches else None, self.pad_id)).to(dev)
             iw = weights[i] if real else None
             scored = self.policy(b.input_ids, b.attention_mask, b.loss_mask)
             logp, ent = scored.logprobs(b.input_ids, b.loss_mask, with_entropy=True)
@@ -249,6 +266,9 @@ class PolicyUpdater:
                     m = b.loss_mask.bool()
                     tally.add("mix", mix.weights[m])
                     tally.add("mixed_adv", adv[m])
+            distill_num = None
+            if self.distill is not None and b.teacher is not None:
+                adv, distill_num = self._distill(scored, logp, adv, b, tally, first_pass)
             terms, stats = policy_loss(lc, logp, old_logp, adv, b.loss_mask, ref, ent,
                                        iw.weight.to(dev) if iw is not None else None)
             total = terms.total
@@ -256,6 +276,9 @@ class PolicyUpdater:
                 mix_num = aggregate(extra, b.loss_mask, lc.aggregation, lc.norm_length)
                 total = total + mix_num
                 tally.losses["mix"] += float(mix_num.detach()) / denom
+            if distill_num is not None:
+                total = total + distill_num
+                tally.losses["distill"] += float(distill_num.detach()) / denom
             self.engine.backward(total * scale, scale_wrt_gas=False)
             for key, value in (("policy", terms.policy), ("kl", terms.kl), ("entropy", terms.entropy)):
                 tally.losses[key] += float(value.detach()) / denom
@@ -276,13 +299,34 @@ class PolicyUpdater:
         gn = self.engine.get_global_grad_norm()
         tally.grad_norms.append(float(gn) if gn is not None else float("nan"))
 
+    def _distill(self, scored: Any, logp: torch.Tensor, adv: torch.Tensor, b: Batch, tally: _Tally,
+                 first_pass: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The teacher's signal on this micro-batch: `reverse_kl` as a per-token penalty on the advantage (the
+        returned advantage), the top-k kinds as a loss numerator (returned beside it)."""
+        cfg, lc, t = self.distill, self.loss, b.teacher
+        mask = b.loss_mask * t.signal  # policy tokens the teacher scored
+        student = logp.detach() if cfg.at == "current" else b.sampling_logprobs
+        if first_pass:
+            m, policy = mask.bool(), b.loss_mask.bool()
+            tally.add("distill_kl", (student - t.logprobs)[m])
+            tally.add("distill_turn", t.turn[m].float())
+            tally.add("distill_signal", t.signal[policy])
+        if cfg.kind == "reverse_kl":
+            return adv - cfg.coef * reverse_kl_penalty(student, t.logprobs, mask, cfg.discount), None
+        sel = b.loss_mask[:, 1:].bool()  # the scored positions, in the order of `scored`'s rows
+        div = topk_divergence(scored.logprobs_at(t.topk_ids[:, 1:][sel]), t.topk_logprobs[:, 1:][sel], cfg.kind,
+                              cfg.beta)
+        per_tok = torch.zeros_like(logp)
+        per_tok[:, 1:][sel] = div
+        return adv, cfg.coef * aggregate(per_tok * t.signal, b.loss_mask, lc.aggregation, lc.norm_length)
+
     @torch.no_grad()
     def _ref_logprobs(self, b: Batch) -> torch.Tensor:
         scored = self.ref_forward(b.input_ids, b.attention_mask, b.loss_mask)
         return scored.logprobs(b.input_ids, b.loss_mask)[0]
 
 
-def _empty_like(b: Batch | None, pad_id: int) -> Batch:
+def empty_batch(b: Batch | None, pad_id: int) -> Batch:
     """A micro-batch with no policy tokens: it keeps a rank in step with the others' collectives."""
     if b is None:
         ids = torch.full((1, 2), pad_id, dtype=torch.long)
