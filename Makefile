@@ -122,6 +122,7 @@ bench: setup
 	$(PY) bench/hf_logprobs.py
 	$(PY) bench/gateway.py
 	$(PY) bench/ray_overhead.py
+	$(PY) bench/distill_cost.py
 
 # Advantage estimators from the warm start (runs/main/sft/hf, built if missing), same seeds and episode budget,
 # DocRead on hotpotqa:train → the first 100 hotpotqa:dev and 48 hotpotqa:test questions, one table each. The CPU

@@ -103,7 +103,8 @@ def test_retries_are_bounded_and_the_last_answer_or_failure_comes_back():
 
 def test_retry_counts_names_every_kind():
     counts = retry_counts()
-    assert set(counts) == {"env", "rollout", "verifier", "retrieval"} and all(v >= 0 for v in counts.values())
+    assert set(counts) == {"env", "rollout", "verifier", "retrieval", "teacher"}
+    assert all(v >= 0 for v in counts.values())
 
 
 class LosesAnswers:

@@ -51,8 +51,9 @@ class TeacherTokens:
 class DistillConfig:
     """`algorithm.distill:`: the teacher and how its signal enters the update (off while `teacher` is unset)."""
 
-    # A model name or directory with the student's tokenizer, or `self`: the policy's own current weights
-    # (no second model; with `teacher_context`, on-policy self-distillation from privileged context).
+    # A model name or directory with the student's tokenizer; `self`: the policy's own current weights (no second
+    # model; with `teacher_context`, on-policy self-distillation from privileged context); or the URL of an
+    # OpenAI-compatible server that returns prompt logprobs (vLLM), e.g. http://teacher-host:8000.
     teacher: str | None = None
     coef: float = 1.0  # λ: the weight of the penalty (reverse_kl) or of the loss term (topk kinds)
     kind: str = "reverse_kl"  # reverse_kl | topk_forward_kl | jsd
@@ -92,6 +93,9 @@ class DistillConfig:
         if ctx is not None and ctx not in CONTEXT_FIELDS and not (ctx.startswith("payload.") and len(ctx) > 8):
             raise ValueError(f"algorithm.distill.teacher_context must be one of {', '.join(CONTEXT_FIELDS)} or "
                              f"payload.<key>; got {ctx!r}")
+        if self.is_server and self.teacher_temperature != 1.0:
+            raise ValueError("algorithm.distill.teacher_temperature: a server teacher's prompt logprobs are at its "
+                             "model's own temperature (1); leave teacher_temperature at 1.0")
         if self.teacher == "self" and ctx is None:
             raise ValueError("algorithm.distill.teacher: self is the student itself: without teacher_context it "
                              "knows nothing the student does not (every signal would be 0)")
@@ -99,6 +103,11 @@ class DistillConfig:
     @property
     def enabled(self) -> bool:
         return self.teacher is not None
+
+    @property
+    def is_server(self) -> bool:
+        """The teacher is an OpenAI-compatible server's URL (`training/teacher_server.py`)."""
+        return self.teacher is not None and self.teacher.startswith(("http://", "https://"))
 
     @property
     def needs_topk(self) -> bool:

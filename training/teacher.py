@@ -1,9 +1,10 @@
 """The teacher of on-policy distillation: scores the student's own trajectories, token for token.
 
 A teacher is a frozen causal LM with the student's tokenizer (a name or directory, loaded in its own dtype,
-no optimizer state, no gradients), or `self`: the policy's current weights under no_grad, which costs no
-second model. It reads the trajectory's token ids as sampled (never re-tokenised text), so async rollouts,
-Ray workers and agent (gateway) episodes reach it alike.
+no optimizer state, no gradients), `self`: the policy's current weights under no_grad, which costs no
+second model, or a server that returns prompt logprobs (`training/teacher_server.py`). It reads the
+trajectory's token ids as sampled (never re-tokenised text), so async rollouts, Ray workers and agent (gateway)
+episodes reach it alike.
 
 Privileged context (`teacher_context`) is rendered as one system turn of the tokenizer's chat template and laid
 before the trajectory's own ids, for the teacher's forward only: the student's prompt, its rollouts and its
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -62,8 +63,36 @@ def turn_index(traj: Trajectory) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
+def context_ids(cfg: DistillConfig, tokenizer: Any, task: Task | None) -> list[int]:
+    """The privileged prefix of `task` as token ids: one system turn of `tokenizer`'s chat template ([] without
+    `teacher_context`)."""
+    if cfg.teacher_context is None:
+        return []
+    if task is None:
+        raise ConfigError("algorithm.distill.teacher_context needs each trajectory's task, and one was not found")
+    text = privileged_text(task, cfg.teacher_context)
+    ids = tokenizer.apply_chat_template([{"role": "system", "content": text}], tokenize=True,
+                                        add_generation_prompt=False)
+    return list(ids["input_ids"] if isinstance(ids, Mapping) else ids)
+
+
+def unscored(traj: Trajectory, k: int) -> TeacherTokens:
+    """No teacher signal for `traj` (it does not fit the teacher's window); `k` top ids per position."""
+    n = len(traj.token_ids())
+    return TeacherTokens(torch.zeros(n), torch.zeros(n), torch.from_numpy(turn_index(traj)),
+                         torch.zeros((n, k), dtype=torch.long) if k else None, torch.zeros((n, k)) if k else None)
+
+
+class TeacherScorer(Protocol):
+    """What the trainer asks of a teacher: its numbers for every policy token of a step's trajectories."""
+
+    def score(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Task]) -> list[TeacherTokens]: ...
+
+    def context_ids(self, task: Task | None) -> list[int]: ...
+
+
 class Teacher:
-    """Scores trajectories under `forward` (the teacher's model at the teacher's temperature)."""
+    """Scores trajectories under `forward` (the teacher's model at the teacher's temperature) in this process."""
 
     def __init__(self, cfg: DistillConfig, forward: ScoredForward, tokenizer: Any, pad_id: int, max_length: int,
                  micro_batch_tokens: int):
@@ -71,15 +100,7 @@ class Teacher:
         self.max_length, self.micro_batch_tokens = max_length, micro_batch_tokens
 
     def context_ids(self, task: Task | None) -> list[int]:
-        """The privileged prefix of `task` as token ids ([] without `teacher_context`)."""
-        if self.cfg.teacher_context is None:
-            return []
-        if task is None:
-            raise ConfigError("algorithm.distill.teacher_context needs each trajectory's task, and one was not found")
-        text = privileged_text(task, self.cfg.teacher_context)
-        ids = self.tokenizer.apply_chat_template([{"role": "system", "content": text}], tokenize=True,
-                                                 add_generation_prompt=False)
-        return list(ids["input_ids"] if isinstance(ids, Mapping) else ids)
+        return context_ids(self.cfg, self.tokenizer, task)
 
     @torch.no_grad()
     def score(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Task]) -> list[TeacherTokens]:
@@ -88,12 +109,12 @@ class Teacher:
         seen = [dataclasses.replace(t, prompt_ids=self.context_ids(tasks.get(t.task_id)) + list(t.prompt_ids))
                 for t in trajs]
         fits = [i for i, t in enumerate(seen) if len(t.token_ids()) <= self.max_length]
-        out = [self._unscored(t) for t in trajs]
+        k = self.cfg.top_k if self.cfg.needs_topk else 0
+        out = [unscored(t, k) for t in trajs]
         rows = [seen[i] for i in fits]
         batches = micro_batches(rows, [np.zeros(t.num_policy_tokens) for t in rows], self.pad_id,
                                 self.micro_batch_tokens, packed=self.forward.uses_packing(),
                                 share=self.forward.shares_prefix())
-        k = self.cfg.top_k if self.cfg.needs_topk else 0
         dev = device()
         for i in range(int(all_max(len(batches)))):
             b = (batches[i] if i < len(batches) else empty_batch(batches[0] if batches else None, self.pad_id)).to(dev)
@@ -117,21 +138,21 @@ class Teacher:
                     topk_logprobs=grid_lp[row, span].clone() if grid_lp is not None else None)
         return out
 
-    def _unscored(self, traj: Trajectory) -> TeacherTokens:
-        """No signal for `traj` (it does not fit the teacher's window)."""
-        n, k = len(traj.token_ids()), self.cfg.top_k if self.cfg.needs_topk else 0
-        return TeacherTokens(torch.zeros(n), torch.zeros(n), torch.from_numpy(turn_index(traj)),
-                             torch.zeros((n, k), dtype=torch.long) if k else None, torch.zeros((n, k)) if k else None)
 
-
-def load_teacher(cfg: DistillConfig, policy: Any, packing: bool, chunk: int, micro_batch_tokens: int) -> Teacher:
-    """The teacher of `cfg` beside the student `policy` (a `run.PolicyModel`); a teacher that cannot be loaded,
-    or one with another vocabulary, is refused in one line."""
+def load_teacher(cfg: DistillConfig, policy: Any, packing: bool, chunk: int,
+                 micro_batch_tokens: int) -> TeacherScorer:
+    """The teacher of `cfg` beside the student `policy` (a `run.PolicyModel`): in this process, or a server
+    (`teacher: http://…`); a teacher that cannot be loaded or reached, or one with another vocabulary, is
+    refused in one line."""
     from transformers import AutoTokenizer
 
     from sleuth.agents.models import ModelNotFoundError, load_causal_lm, resolve_model
 
     temperature = cfg.teacher_temperature
+    if cfg.is_server:
+        from sleuth.training.teacher_server import ServerTeacher
+
+        return ServerTeacher(cfg, policy.tokenizer, policy.path)
     if cfg.teacher == "self":
         module = policy.engine.module
         forward = ScoredForward(policy.engine, module, temperature, packed=packing, chunk=chunk)
