@@ -241,6 +241,65 @@ def test_a_running_openenv_server_plays_through_openenv_cores_own_client(monkeyp
         thread.join(timeout=10)
 
 
+MCP_CALC = "openenv:openenv_mcp_calc:CalcEnvironment"
+
+
+def _mcp_call(name: str, **args) -> str:
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': args})}</tool_call>"
+
+
+def _play_calc(env, a: int, b: int) -> None:
+    """add (a bad call first), then submit: each tool under its own name and schema, a failure an observation."""
+    obs, reward, terminated, _, info = env.step(_mcp_call("add", a="x", b=b))
+    assert "must be integer" in info["error"] and not terminated
+    obs, reward, terminated, _, info = env.step(_mcp_call("mul", a=a, b=b))
+    assert "unknown tool" in info["error"] and not terminated
+    obs, reward, terminated, _, _ = env.step(_mcp_call("add", a=a, b=b))
+    assert obs.strip().endswith(str(a + b)) and reward == 0.0 and not terminated
+    obs, reward, terminated, _, info = env.step(_mcp_call("submit", answer=a + b))
+    assert terminated and reward == 1.0 and info["verdict"]["score"] == 1.0
+
+
+def test_an_openenv_mcp_env_offers_its_mcp_tools(monkeypatch):
+    monkeypatch.syspath_prepend(FOREIGN)
+    env = sleuth.make(MCP_CALC)
+    obs, info = env.reset(options={"task": load_tasks("seeds:5")[0]})
+    assert "Use the tools" in obs and [t["function"]["name"] for t in info["tools"]] == ["add", "submit"]
+    assert info["tools"][0]["function"]["parameters"]["required"] == ["a", "b"]
+    _play_calc(env, env.env.a, env.env.b)
+
+
+def test_an_openenv_mcp_server_offers_its_tools_through_openenv_cores_client(monkeypatch):
+    import uvicorn
+    from openenv.core.env_server.http_server import create_fastapi_app
+    from openenv.core.env_server.mcp_types import CallToolAction
+
+    monkeypatch.syspath_prepend(FOREIGN)
+    import openenv_mcp_calc
+
+    app = create_fastapi_app(openenv_mcp_calc.CalcEnvironment, CallToolAction, openenv_mcp_calc.CalcObservation,
+                             max_concurrent_envs=2)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        for _ in range(100):
+            if server.started:
+                break
+            time.sleep(0.05)
+        env = sleuth.make(f"openenv:http://127.0.0.1:{port}")
+        obs, info = env.reset(options={"task": load_tasks("seeds:5")[0]})
+        assert [t["function"]["name"] for t in info["tools"]] == ["add", "submit"]
+        local = sleuth.make(MCP_CALC)
+        local.reset(seed=5)
+        _play_calc(env, local.env.a, local.env.b)
+        env.close()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
 # -- sleuth eval and sleuth train ------------------------------------------------------------------------------------
 def test_sleuth_eval_plays_seeds_without_a_task_file(tmp_path, capsys):
     out = tmp_path / "gem"

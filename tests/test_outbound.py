@@ -71,6 +71,24 @@ def test_sleuth_serve_openenv_is_driven_by_openenv_cores_own_clients(hotpot_task
             assert done.done and done.reward == 0.0
 
 
+def test_a_served_sleuth_env_comes_back_into_sleuth_as_an_openenv_mcp_env(hotpot_tasks, tmp_path):
+    """The round trip: `sleuth serve openenv` → `openenv:http://…` (the openenv family reads its MCP tools)."""
+    import sleuth
+
+    path = tmp_path / "tasks.jsonl"
+    write_tasks(hotpot_tasks[:3], path)
+    with subprocess_server(["openenv", "--env", DOCREAD, "--tasks", str(path)]) as (url, _):
+        env = sleuth.make(f"openenv:{url}")
+        obs, info = env.reset(seed=1)
+        assert obs.startswith("Question:") and [t["function"]["name"] for t in info["tools"]] == ["read", "answer"]
+        read = env.step(f'<tool_call>{json.dumps({"name": "read", "arguments": {"doc": 0}})}</tool_call>')
+        assert read[0].startswith("[0]") and not read[2]
+        call = {"name": "answer", "arguments": {"text": hotpot_tasks[1].answer}}
+        _, reward, terminated, _, info = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+        assert terminated and reward == 1.0 and info["verdict"]["score"] == 1.0
+        env.close()
+
+
 def test_serve_openenv_refuses_bad_input_in_one_line(tmp_path):
     for args, says in ((["--env", "sleuth/DocRed-v0", "--tasks", "hotpotqa:test"], "did you mean"),
                        (["--env", DOCREAD, "--tasks", str(tmp_path / "none.jsonl")], "cannot serve"),

@@ -8,7 +8,12 @@ the score is the episode's return.
 
 The action model of an in-process env is its `Environment[Action, Observation, State]` type argument, or
 `action="module:Class"` in env_args; a server's comes from its `/schema`. Seeds reach OpenEnv's
-`reset(seed=...)`. MCP tools of an `MCPEnvironment` are not offered as tools yet."""
+`reset(seed=...)`.
+
+An MCP env (an `MCPEnvironment` in process; a server whose action is `CallToolAction`, which sleuth's own
+`sleuth serve openenv` is) offers its MCP tools instead, each under its own name with its own input schema,
+listed once when the env is built (`ListToolsAction`); a call is a `CallToolAction`, and its observation is the
+tool's result (its data, else the text of its content) or `the tool failed: ...`."""
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from sleuth.tasks.base import Task
 
 _HIDDEN = {"done", "reward", "metadata"}  # observation fields the loop reads itself (or nobody reads)
 INSTRUCTIONS = "You act in an environment by calling its tool, one call per reply."
+MCP_INSTRUCTIONS = "You act in an environment by calling its tools, one call per reply."
 
 
 def tool_name(title: str) -> str:
@@ -42,6 +48,29 @@ def action_tool(schema: dict[str, Any], call: Any) -> Tool:
               "required": [r for r in schema.get("required", []) if r in props]}
     return Tool(tool_name(schema.get("title", "Action")), call, schema.get("description") or "Take an action.",
                 params)
+
+
+def mcp_tool(listed: dict[str, Any], call: Any) -> Tool:
+    """An MCP tool as listed (`name`, `description`, `input_schema`) and `call(name, arguments)` that runs it."""
+    name = listed["name"]
+    params = listed.get("input_schema") or {"type": "object", "properties": {}}
+    return Tool(name, lambda **args: call(name, args), listed.get("description") or f"The {name} tool.", params)
+
+
+def mcp_text(fields: dict[str, Any]) -> str:
+    """A `CallToolObservation` (as JSON fields) as the policy reads it: the result's data, else the text of its
+    content, else the result itself; a failed call says why."""
+    if fields.get("error"):
+        return f"the tool failed: {fields['error'].get('message', fields['error'])}"
+    result = fields.get("result")
+    if isinstance(result, dict):
+        if result.get("data") is not None:
+            data = result["data"]
+            return data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, default=str)
+        texts = [c.get("text", "") for c in result.get("content") or [] if isinstance(c, dict)]
+        if texts:
+            return "\n".join(texts)
+    return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
 
 
 def observation_text(fields: dict[str, Any]) -> str:
@@ -80,15 +109,37 @@ class OpenEnvEnv(TextGameEnv):
 
             schema = self._schema(env_id, timeout_s)
             self.client = GenericEnvClient(base_url=env_id, message_timeout_s=timeout_s).sync()
-            self.tool = action_tool(schema, lambda **args: self.client.step(args))
+            self.mcp = "tool_name" in (schema.get("properties") or {})  # its action is MCP's CallToolAction
+            if self.mcp:
+                listed = dict(self.client.step({"type": "list_tools"}).observation or {}).get("tools") or []
+                self.tools = self._mcp_tools(listed, lambda name, args: self.client.step(
+                    {"type": "call_tool", "tool_name": name, "arguments": args}))
+            else:
+                tool = action_tool(schema, lambda **args: self.client.step(args))
+                self.tools = {tool.name: tool}
         else:
+            from openenv.core.env_server.mcp_environment import MCPEnvironment
+            from openenv.core.env_server.mcp_types import CallToolAction, ListToolsAction
+
             env_cls = import_target(env_id)
-            self.model = _action_model(env_cls, action)
             self.env = env_cls(**kwargs)
-            self.tool = action_tool(self.model.model_json_schema(), lambda **args: self.env.step(self.model(**args)))
+            self.mcp = isinstance(self.env, MCPEnvironment)
+            if self.mcp:
+                listed = [t.model_dump(mode="json") for t in self.env.step(ListToolsAction()).tools]
+                self.tools = self._mcp_tools(listed, lambda name, args: self.env.step(
+                    CallToolAction(tool_name=name, arguments=args)))
+            else:
+                model = _action_model(env_cls, action)
+                tool = action_tool(model.model_json_schema(), lambda **args: self.env.step(model(**args)))
+                self.tools = {tool.name: tool}
         self.harness = Harness(self.format, budget=self.max_turns)
-        tools = {self.tool.name: self.tool}
-        self.system_prompt = self.system_prompt or self.harness.system_message(INSTRUCTIONS, tools)
+        self.system_prompt = self.system_prompt or self.harness.system_message(
+            MCP_INSTRUCTIONS if self.mcp else INSTRUCTIONS, self.tools)
+
+    def _mcp_tools(self, listed: list[dict[str, Any]], call: Any) -> dict[str, Tool]:
+        if not listed:
+            raise EnvFailure(f"openenv:{self.env_id} is an MCP env that lists no tools")
+        return {t["name"]: mcp_tool(t, call) for t in listed}
 
     @staticmethod
     def _schema(url: str, timeout_s: float) -> dict[str, Any]:
@@ -103,22 +154,23 @@ class OpenEnvEnv(TextGameEnv):
         return dict(self.kwargs)
 
     def tool_schemas(self) -> list[dict[str, Any]]:
-        return [self.tool.schema()]
+        return [t.schema() for t in self.tools.values()]
 
     def begin(self, task: Task, seed: int) -> Move:
         return self._move(self.client.reset(seed=seed) if self.remote else self.env.reset(seed=seed))
 
     def advance(self, action: str) -> Move:
-        parsed = self.harness.parser.parse(action, {self.tool.name: self.tool})
+        parsed = self.harness.parser.parse(action, self.tools)
         call = parsed.calls[0] if parsed.calls else None
-        error = parsed.error or (None if call is None or call.name == self.tool.name else
-                                 f"unknown tool {call.name!r}; the tool is {self.tool.name!r}")
+        error = parsed.error or (None if call is None or call.name in self.tools else
+                                 f"unknown tool {call.name!r}; the tools are {', '.join(map(repr, self.tools))}")
         if error is None:
-            args, error = self.tool.check_arguments(call.arguments)
+            tool = self.tools[call.name]
+            args, error = tool.check_arguments(call.arguments)
         if error is not None:
             return Move(self.harness.parser.wrap(error), details={"error": error, "tool_call": None})
         try:
-            out = self.tool.fn(**args)
+            out = tool.fn(**args)
         except (ValueError, TypeError) as e:  # the action model refused the arguments (pydantic's ValidationError)
             message = f"the action was refused: {str(e).splitlines()[0]}"
             return Move(self.harness.parser.wrap(message), details={"error": message, "tool_call": call.to_dict()})
@@ -132,8 +184,9 @@ class OpenEnvEnv(TextGameEnv):
         if self.remote:
             fields, reward, done = dict(result.observation or {}), result.reward, result.done
         else:
-            fields, reward, done = result.model_dump(), result.reward, result.done
-        return Move(observation_text(fields), float(reward or 0.0), bool(done))
+            fields, reward, done = result.model_dump(mode="json"), result.reward, result.done
+        text = mcp_text(fields) if self.mcp and "tool_name" in fields else observation_text(fields)
+        return Move(text, float(reward or 0.0), bool(done))
 
     def close(self) -> None:
         if self.remote:
