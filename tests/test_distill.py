@@ -245,7 +245,7 @@ def test_a_teacher_with_another_vocabulary_is_refused_naming_both(tiny_model_dir
 
     from sleuth.envs.retrieval.dense import minilm_dir
     from sleuth.training.run import PolicyModel
-    from sleuth.training.teacher import load_teacher
+    from sleuth.training.teacher_load import load_teacher
 
     other = tmp_path / "wordpiece-lm"
     wp = AutoTokenizer.from_pretrained(minilm_dir())

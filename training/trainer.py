@@ -43,7 +43,7 @@ from sleuth.training.rollouts import make_rollout
 from sleuth.training.run import PROBE, RunDir, load_policy_model, load_reference
 from sleuth.training.sampler import TaskSampler
 from sleuth.training.step_metrics import StepPart, components, ranges, step_row, why_no_signal
-from sleuth.training.teacher import load_teacher
+from sleuth.training.teacher_load import load_teacher
 from sleuth.training.update import PolicyUpdater, all_sum
 
 T = TypeVar("T")
