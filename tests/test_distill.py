@@ -378,3 +378,15 @@ def test_lora_student_with_a_self_teacher_and_the_topk_loss(tiny_model_dir, tmp_
     row = trainer.train()[0]
     assert row["loss/distill"] > 0 and row["grad_norm"] > 0 and row["distill/signal_share"] == 1.0
     assert trainer.teacher.forward.model is trainer.engine
+
+
+def test_zero3_student_with_a_self_teacher(tiny_model_dir, tmp_path):
+    """ZeRO-3 partitions the policy's weights: the `self` teacher's forwards gather them like the update's own."""
+    from sleuth.training.trainer import Trainer
+
+    cfg = load_config("docread_opd_cigpo", {
+        "model": tiny_model_dir, "out": str(tmp_path / "run"), "task_limit": 8, "max_steps": 1,
+        "rollout.max_tokens": 8, "rollout.group_size": 2, "rollout.tasks_per_step": 1, "checkpoint.export_hf": False,
+        "engine.zero_stage": 3, "algorithm.distill.teacher_context": "answer"})
+    row = Trainer(cfg, progress=False).train()[0]
+    assert row["distill/signal_share"] == 1.0 and np.isfinite(row["distill/reverse_kl"]) and row["grad_norm"] > 0

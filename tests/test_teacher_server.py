@@ -44,9 +44,11 @@ def vllm_teacher(tiny_model_dir):
         proc.wait(30)
 
 
-def test_a_vllm_teacher_scores_as_the_local_one_and_its_death_stops_the_step(vllm_teacher, tiny_model_dir):
+def test_a_vllm_teacher_scores_as_the_local_one_and_its_death_stops_the_step(vllm_teacher, tiny_model_dir,
+                                                                            monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from sleuth.training import teacher_server
     from sleuth.training.engine import init_distributed
     from sleuth.training.forward import ScoredForward
     from sleuth.training.teacher import Teacher
@@ -70,6 +72,7 @@ def test_a_vllm_teacher_scores_as_the_local_one_and_its_death_stops_the_step(vll
     long = Trajectory("t", "env", [11] * (server.max_length + 1), turns=[Turn([21], [-1.0], "a")])
     assert server.score([long], {})[0].signal.sum() == 0
     before = retry_counts()["teacher"]
+    monkeypatch.setattr(teacher_server, "BACKOFF_S", 0.05)  # the same retries, without the waits between them
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
     with pytest.raises(TeacherServerError) as e:
@@ -79,12 +82,15 @@ def test_a_vllm_teacher_scores_as_the_local_one_and_its_death_stops_the_step(vll
     assert retry_counts()["teacher"] - before >= RETRIES  # retried before it gave up
 
 
-def test_a_server_without_prompt_logprobs_or_tokenizer_is_refused_in_one_line(tmp_path, tiny_model_dir):
+def test_a_server_without_prompt_logprobs_or_tokenizer_is_refused_in_one_line(tmp_path, tiny_model_dir, monkeypatch):
     """A real HTTP server (Python's own) that lists a model and nothing else: no /tokenize to check the
-    vocabulary with; refused before any rollout."""
+    vocabulary with; refused before any rollout. A server that is not there: refused after its retries."""
     from transformers import AutoTokenizer
 
+    from sleuth.training import teacher_server
     from sleuth.training.teacher_server import ServerTeacher
+
+    monkeypatch.setattr(teacher_server, "BACKOFF_S", 0.05)
 
     (tmp_path / "v1").mkdir()
     (tmp_path / "v1" / "models").write_text(json.dumps({"data": [{"id": "teacher"}]}))
