@@ -5,6 +5,35 @@ from pathlib import Path
 OUT = Path("runs/bench")
 
 
+def train_recipe(model: str, steps: int, overrides: dict) -> tuple:
+    """`configs/docread_cigpo.yaml` (make run's RL recipe) from `model` for `steps` steps in this process, with no
+    checkpoints or exports kept: (its config, the per-step metrics rows)."""
+    import tempfile
+
+    from sleuth.training.config import load_config
+    from sleuth.training.trainer import Trainer
+
+    with tempfile.TemporaryDirectory() as out:
+        cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "docread_cigpo.yaml",
+                          {"model": model, "out": out, "max_steps": steps, "checkpoint.every": 0,
+                           "checkpoint.export_hf": False, "tensorboard": False, **overrides})
+        return cfg, Trainer(cfg, progress=False).train()
+
+
+def run_arm(script: str, model: str, arm: str) -> dict:
+    """One arm of `script` in a fresh process (`script --model MODEL --arm ARM`, which prints its result as the
+    last JSON line): what it measures (peak memory, one-time set-up) is then that arm's alone."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, script, "--model", model, "--arm", arm], capture_output=True, text=True)
+    line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")), None)
+    if proc.returncode or line is None:
+        raise RuntimeError(f"arm {arm!r} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(line)
+
+
 def publish(name: str, title: str, report: str) -> None:
     print(report)
     OUT.mkdir(parents=True, exist_ok=True)

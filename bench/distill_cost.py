@@ -22,14 +22,11 @@ import argparse
 import json
 import resource
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from common import cpu_name, publish
+from common import cpu_name, publish, run_arm, train_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
 STEPS = 3  # the first is a warm-up
 
 
@@ -43,24 +40,8 @@ def arms(model: str) -> dict[str, dict]:
 
 def arm(model: str, overrides: dict) -> dict:
     """One arm in this process: train STEPS steps; the per-step rows and this process's peak RSS."""
-    from sleuth.training.config import load_config
-    from sleuth.training.trainer import Trainer
-
-    with tempfile.TemporaryDirectory() as out:
-        cfg = load_config(ROOT / "configs" / "docread_cigpo.yaml",
-                          {"model": model, "out": out, "max_steps": STEPS, "checkpoint.every": 0,
-                           "checkpoint.export_hf": False, "tensorboard": False, **overrides})
-        rows = Trainer(cfg, progress=False).train()
+    _, rows = train_recipe(model, STEPS, overrides)
     return {"rows": rows, "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
-
-
-def run_arm(name: str, model: str) -> dict:
-    proc = subprocess.run([sys.executable, __file__, "--model", model, "--arm", name], capture_output=True,
-                          text=True)
-    line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")), None)
-    if proc.returncode or line is None:
-        raise RuntimeError(f"arm {name!r} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(line)
 
 
 def main() -> None:
@@ -72,7 +53,7 @@ def main() -> None:
     if args.arm:
         print(json.dumps(arm(model, arms(model)[args.arm])))
         return
-    results = {name: run_arm(name, model) for name in arms(model)}
+    results = {name: run_arm(__file__, model, name) for name in arms(model)}
     lines = [f"Model `{model}`, `configs/docread_cigpo.yaml`, 8 episodes a step; {cpu_name()}. Medians over steps "
              f"2–{STEPS} (step 1 is a warm-up); each arm in a fresh process, peak RSS of that process.", "",
              "| arm | CPU s / step | × RL alone | teacher s / step | peak RSS GB | × RL alone |",

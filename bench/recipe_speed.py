@@ -26,14 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from common import cpu_name, publish
+from common import cpu_name, publish, run_arm, train_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
 STEPS = 4  # the first is a warm-up
 ARMS = {
     "switches off": {"engine.zero_stage": 2, "engine.dtype": "fp32", "update.packing": False,
@@ -69,26 +66,11 @@ def levers_off() -> None:
 
 def arm(model: str, overrides: dict) -> dict:
     """One arm in this process: train STEPS steps, return the per-step metrics rows."""
-    from sleuth.training.config import load_config
     from sleuth.training.engine import resolved_dtype
-    from sleuth.training.trainer import Trainer
 
-    with tempfile.TemporaryDirectory() as out:
-        cfg = load_config(ROOT / "configs" / "docread_cigpo.yaml",
-                          {"model": model, "out": out, "max_steps": STEPS, "checkpoint.every": 0,
-                           "checkpoint.export_hf": False, "tensorboard": False, **overrides})
-        rows = Trainer(cfg, progress=False).train()
+    cfg, rows = train_recipe(model, STEPS, overrides)
     return {"dtype": str(resolved_dtype(cfg.engine)).removeprefix("torch."), "rows": rows,
             "episodes": cfg.rollout.tasks_per_step * cfg.rollout.group_size}
-
-
-def run_arm(name: str, model: str) -> dict:
-    proc = subprocess.run([sys.executable, __file__, "--model", model, "--arm", name], capture_output=True,
-                          text=True)
-    line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")), None)
-    if proc.returncode or line is None:
-        raise RuntimeError(f"arm {name!r} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(line)
 
 
 def main() -> None:
@@ -105,7 +87,7 @@ def main() -> None:
     from sleuth.training.engine import cpu_bf16_is_fast
 
     names = [n for n in ARMS if n != "recipe" or cpu_bf16_is_fast()]
-    results = {name: run_arm(name, model) for name in names}
+    results = {name: run_arm(__file__, model, name) for name in names}
     lines = [f"Model `{model}`, `configs/docread_cigpo.yaml`, 8 episodes a step; {cpu_name()}. Medians over "
              f"steps 2–{STEPS} (step 1 is a warm-up); each arm in a fresh process."
              + ("" if "recipe" in results else " No AMX-BF16 here: `engine.dtype: auto` is fp32, so the recipe "

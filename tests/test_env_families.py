@@ -1,6 +1,7 @@
 """Other libraries' envs as sleuth env families (`FAMILY:ID`): reasoning-gym, GEM, TextArena and OpenEnv, each
 driven by its real library, through the Env contract, the agent loop and `sleuth eval`."""
 
+import contextlib
 import json
 import threading
 import time
@@ -209,7 +210,6 @@ def test_an_env_that_raises_in_step_fails_the_episode_and_is_never_scored(monkey
 
 
 def test_a_running_openenv_server_plays_through_openenv_cores_own_client(monkeypatch, tmp_path):
-    import uvicorn
     from openenv.core.env_server.http_server import create_fastapi_app
 
     monkeypatch.syspath_prepend(FOREIGN)
@@ -217,15 +217,7 @@ def test_a_running_openenv_server_plays_through_openenv_cores_own_client(monkeyp
 
     app = create_fastapi_app(openenv_guess.GuessEnvironment, openenv_guess.GuessAction,
                              openenv_guess.GuessObservation, max_concurrent_envs=4)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        for _ in range(100):
-            if server.started:
-                break
-            time.sleep(0.05)
+    with _served(app) as port:
         url = f"openenv:http://127.0.0.1:{port}"
         env = sleuth.make(url)
         env.reset(options={"task": load_tasks("seeds:5")[0]})
@@ -236,6 +228,23 @@ def test_a_running_openenv_server_plays_through_openenv_cores_own_client(monkeyp
         assert env.step(_call(target))[1] == 1.0
         env.close()
         assert main(["eval", "--env", url, "--policy", "oracle", "--limit", "2", "--out", str(tmp_path / "o")]) == 2
+
+
+@contextlib.contextmanager
+def _served(app):
+    """`app` on a uvicorn server in a thread of this process; yields its port."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        for _ in range(100):
+            if server.started:
+                break
+            time.sleep(0.05)
+        yield port
     finally:
         server.should_exit = True
         thread.join(timeout=10)
@@ -270,7 +279,6 @@ def test_an_openenv_mcp_env_offers_its_mcp_tools(monkeypatch):
 
 
 def test_an_openenv_mcp_server_offers_its_tools_through_openenv_cores_client(monkeypatch):
-    import uvicorn
     from openenv.core.env_server.http_server import create_fastapi_app
     from openenv.core.env_server.mcp_types import CallToolAction
 
@@ -279,15 +287,7 @@ def test_an_openenv_mcp_server_offers_its_tools_through_openenv_cores_client(mon
 
     app = create_fastapi_app(openenv_mcp_calc.CalcEnvironment, CallToolAction, openenv_mcp_calc.CalcObservation,
                              max_concurrent_envs=2)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        for _ in range(100):
-            if server.started:
-                break
-            time.sleep(0.05)
+    with _served(app) as port:
         env = sleuth.make(f"openenv:http://127.0.0.1:{port}")
         obs, info = env.reset(options={"task": load_tasks("seeds:5")[0]})
         assert [t["function"]["name"] for t in info["tools"]] == ["add", "submit"]
@@ -295,9 +295,6 @@ def test_an_openenv_mcp_server_offers_its_tools_through_openenv_cores_client(mon
         local.reset(seed=5)
         _play_calc(env, local.env.a, local.env.b)
         env.close()
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 # -- sleuth eval and sleuth train ------------------------------------------------------------------------------------
