@@ -123,3 +123,45 @@ def wait_healthy_files(url: str) -> None:
         except httpx.HTTPError:
             time.sleep(0.05)
     raise TimeoutError(url)
+
+
+def test_a_server_that_returns_no_prompt_logprobs_is_refused_before_any_rollout(tiny_model_dir):
+    """An OpenAI-compatible server that tokenises as the student does but answers completions without prompt
+    logprobs (a server in this process standing in for one that does not implement them)."""
+    import threading
+    import time
+
+    import uvicorn
+    from fastapi import FastAPI
+    from transformers import AutoTokenizer
+
+    from sleuth.training.teacher_server import ServerTeacher
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    def models():
+        return {"data": [{"id": "teacher", "max_model_len": 2048}]}
+
+    @app.post("/tokenize")
+    def tokenize(body: dict):
+        return {"tokens": tok.encode(body["prompt"], add_special_tokens=False)}
+
+    @app.post("/v1/completions")
+    def completions(body: dict):
+        return {"choices": [{"text": "x", "logprobs": None}]}
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        with pytest.raises(ConfigError) as e:
+            ServerTeacher(DistillConfig(teacher=f"http://127.0.0.1:{port}/v1"), tok, tiny_model_dir)
+        assert "\n" not in str(e.value) and "returns no prompt logprobs" in str(e.value)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
