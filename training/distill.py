@@ -147,8 +147,8 @@ def topk_divergence(student_topk: torch.Tensor, teacher_topk: torch.Tensor, kind
                     beta: float = 0.5) -> torch.Tensor:
     """(n,) per-position divergence of the student from the teacher over the teacher's top-k ids plus the tail
     bucket: `student_topk` (n, k) the student's log-probabilities of those ids (carries the gradient),
-    `teacher_topk` (n, k) the teacher's. `topk_forward_kl`: KL(T̃ ‖ S̃); `jsd`: β·KL(T̃ ‖ M) + (1 − β)·KL(S̃ ‖ M),
-    M = β·T̃ + (1 − β)·S̃."""
+    `teacher_topk` (n, k) the teacher's. With T, S the two (k+1)-bucket distributions: `topk_forward_kl` is
+    KL(T ‖ S); `jsd` is β·KL(T ‖ M) + (1 − β)·KL(S ‖ M), M = β·T + (1 − β)·S."""
     s, t = _with_tail(student_topk.float()), _with_tail(teacher_topk.float().detach())
     if kind == "topk_forward_kl":
         return _kl(t, s)
