@@ -22,12 +22,17 @@ VERL_VENV ?= .venv-verl
 VERL ?= verl==0.9.1
 OPENRLHF ?= openrlhf==0.11.2
 VERL_STAMP := $(VERL_VENV)/.sleuth-verl-installed
+# verifiers (the `verifiers:` env family and its outbound form) pins openai<3 and mcp==2.0.0, which the main venv's
+# agent frameworks and openenv-core outgrow: its own venv, with sleuth's core (no torch) to serve its envs.
+VERIFIERS_VENV ?= .venv-verifiers
+VERIFIERS ?= verifiers==0.4.0
+VERIFIERS_STAMP := $(VERIFIERS_VENV)/.sleuth-verifiers-installed
 # Disk, not time, is what CI machines run short of: no pip cache, and the extra venvs hard-link the files
 # they share with the main one (torch alone is 754 MB).
 PIP_INSTALL = -m pip install -q --no-cache-dir
 SHARE = $(PYTHON) install/share_venv_files.py $(VENV)
 
-.PHONY: setup vllm verl run test bench ablate lint clean
+.PHONY: setup vllm verl verifiers run test bench ablate lint clean
 
 $(STAMP): pyproject.toml setup.py Makefile examples/sql_env/pyproject.toml
 	# bubblewrap isolates model-written code (sleuth.sandbox); without it the sandbox falls back to rlimits, loudly.
@@ -73,6 +78,16 @@ $(VERL_STAMP): Makefile $(STAMP)
 
 verl: $(VERL_STAMP)
 
+$(VERIFIERS_STAMP): Makefile pyproject.toml $(STAMP)
+	test -x $(VERIFIERS_VENV)/bin/python || $(PYTHON) -m venv $(VERIFIERS_VENV)
+	$(SHARE) $(VERIFIERS_VENV)
+	$(VERIFIERS_VENV)/bin/python $(PIP_INSTALL) "$(VERIFIERS)" -e .
+	$(SHARE) $(VERIFIERS_VENV)
+	$(VERIFIERS_VENV)/bin/python -P -c "import verifiers.v1, sleuth.envs.families.verifiers_env"
+	touch $(VERIFIERS_STAMP)
+
+verifiers: $(VERIFIERS_STAMP)
+
 # Main job: SmolLM2 and the scripted baselines on a held-out HotpotQA slice (the scripted ones in both
 # harnesses, SmolLM2 in the text harness the recipes train) → a warm start (SFT on title-reading oracle
 # episodes of the train split) → CIGPO from the warm start (GRPO + a step reward per supporting document
@@ -101,7 +116,7 @@ run: setup
 		--policy runs/main/train/hf --harness text --out runs/main/musique-trained
 	$(VENV)/bin/sleuth compare runs/main/musique-untrained runs/main/musique-trained --out runs/main/musique-before-after
 
-test: setup vllm verl
+test: setup vllm verl verifiers
 	$(PY) -m pytest -q
 
 # Benchmarks print ratios against the alternative a user would pick, measured side by side.

@@ -82,6 +82,8 @@ def _eval_mode(args: argparse.Namespace) -> str | None:
         if args.tasks is None:
             if not (family and family.seeded):
                 return f"--tasks is required for {args.env} (e.g. hotpotqa:test, or a Task JSONL)"
+            if family.rows:
+                return f"--tasks is required for {args.env}: the rows of its task set it plays (e.g. seeds:0-9)"
             args.tasks = "seeds:test"  # an env that makes its own episodes: seeds 0, 1, 2, ... (--limit N)
         return None
     env_only = [f for f, v in (("--env", args.env is not None), ("--harness", args.harness is not None),

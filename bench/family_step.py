@@ -76,7 +76,10 @@ def gem_rows() -> tuple[float, float]:
 class InOrder:
     """Plays the lowest listed move: the same opponent for both drives."""
 
-    def act(self, observation, legal_actions, rng):
+    def new_game(self):
+        pass
+
+    def act(self, seat, observation, legal_actions, rng):
         return sorted(legal_actions or ["[0]"])[0]
 
 

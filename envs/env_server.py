@@ -35,6 +35,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
     from fastapi.responses import JSONResponse
     from pydantic import BaseModel, Field
 
+    from sleuth.envs.families.base import EnvFailure
     from sleuth.envs.registry import make
     from sleuth.net import limit_body
 
@@ -115,6 +116,8 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
             try:
                 s["reset"], s["last_step"] = False, None  # a failed reset leaves nothing to step
                 obs, info = s["env"].reset(seed=req.seed, options={"task": req.task})
+            except EnvFailure as e:  # the env itself broke: its message, as a server error
+                return JSONResponse({"detail": str(e)}, 500)
             except (ValueError, TypeError, KeyError) as e:
                 return JSONResponse({"detail": f"reset failed: {type(e).__name__}: {e}"}, 422)
             s["reset"] = True
@@ -133,6 +136,8 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
                 return JSONResponse({"detail": "reset the session before stepping it"}, 409)
             try:
                 obs, reward, terminated, truncated, info = s["env"].step(req.action)
+            except EnvFailure as e:
+                return JSONResponse({"detail": str(e)}, 500)
             except RuntimeError as e:  # stepping a finished episode
                 return JSONResponse({"detail": str(e)}, 409)
             if terminated or truncated:

@@ -92,11 +92,16 @@ class RemoteEnv(gymnasium.Env):
             raise _unreachable(self.url, path, e) from e
         return _answer(self.url, path, resp)
 
+    def open(self) -> None:
+        """Build the env on the server (a session) now, so that bad env arguments are said before any episode;
+        a reset does it otherwise."""
+        if self.session_id is None:
+            self.session_id = self._call("POST", "/sessions", {"kwargs": self.env_kwargs})["session_id"]
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         payload = _task_payload(options, self.tasks, self.np_random, "RemoteEnv")
-        if self.session_id is None:
-            self.session_id = self._call("POST", "/sessions", {"kwargs": self.env_kwargs})["session_id"]
+        self.open()
         out = self._call("POST", f"/sessions/{self.session_id}/reset", {"task": payload, "seed": seed})
         return out["observation"], out["info"]
 

@@ -146,7 +146,10 @@ def test_rule_breaking_is_judged_by_the_game_for_the_policy_and_the_opponent():
     assert info["verdict"]["details"]["invalid_move"] == 1.0 and info["verdict"]["details"]["outcome"] == "loss"
 
     class Vandal:
-        def act(self, observation, legal_actions, rng):
+        def new_game(self):
+            pass
+
+        def act(self, seat, observation, legal_actions, rng):
             return "no move at all"
 
     env = sleuth.make("textarena:TicTacToe-v0", opponent=Vandal())
@@ -155,11 +158,42 @@ def test_rule_breaking_is_judged_by_the_game_for_the_policy_and_the_opponent():
     assert done and reward == 1.0 and info["verdict"]["details"]["outcome"] == "win"
 
 
+def test_a_model_opponent_plays_its_seat_through_an_openai_server_and_its_death_fails_the_episode(tiny_model_dir):
+    """The opponent is a real model behind `sleuth serve gateway`: it sees the game's messages to its seat as a
+    chat, its moves reach the game, and killing the server mid-game is an env failure, never a score."""
+    import os
+    import signal
+
+    from sleuth.net import subprocess_server
+
+    with subprocess_server(["gateway", "--policy", tiny_model_dir]) as (url, proc):
+        env = sleuth.make("textarena:TicTacToe-v0", opponent={"url": f"{url}/v1", "max_tokens": 8})
+        assert env.env_args()["opponent"] == {"url": f"{url}/v1", "max_tokens": 8}
+        env.reset(options={"task": load_tasks("seeds:0")[0]})
+        obs, _, done, _, _ = env.step("[4]")  # seat 1, the model, answers
+        chat = env.opponent.chats[1]
+        assert [m["role"] for m in chat] == ["user", "assistant"] * (len(chat) // 2) and "[4]" in chat[0]["content"]
+        assert chat[1]["content"].strip() in chat[2]["content"] if len(chat) > 2 else not done  # its move, refused
+        # (the random tiny model's reply is no move: TextArena warns once, quoting it, then the offender loses)
+        env.reset(options={"task": load_tasks("seeds:1")[0]})
+        assert env.opponent.chats == {}  # a new game, a new chat
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        with pytest.raises(EnvFailure, match="raised in step"):
+            env.step("[0]")
+    with pytest.raises(ValueError, match="does not list its models"):
+        sleuth.make("textarena:TicTacToe-v0", opponent=url + "/v1")
+
+
 def test_textarena_player_counts_and_unknown_opponents_are_refused():
     with pytest.raises(ValueError, match="num_players"):
         sleuth.make("textarena:TicTacToe-v0", num_players=3, seat=0)
     with pytest.raises(ValueError, match="unknown opponent"):
         sleuth.make("textarena:TicTacToe-v0", opponent="grandmaster")
+    with pytest.raises(ValueError, match="rollout.engine: vllm"):
+        sleuth.make("textarena:TicTacToe-v0", opponent="self")
+    with pytest.raises(ValueError, match="got keys"):
+        sleuth.make("textarena:TicTacToe-v0", opponent={"model": "x"})
 
 
 # -- OpenEnv --------------------------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ def test_overrides_and_types():
     ({"loss.rollout_is": "tis", "update.old_logprobs": "rollout"}, "rollout_is corrects π_old"),
     ({"loss.rollout_is_cap": 0.9}, "rollout_is_cap must be ≥ 1"),
     ({"loss.kl_coef": -0.1}, "kl_coef and loss.entropy_coef must be ≥ 0"),
+    ({"env": "textarena:KuhnPoker-v0", "env_args": {"opponent": "self"}}, "opponent: self .* rollout.engine: vllm"),
 ])
 def test_bad_values_are_named(overrides, message):
     with pytest.raises(ConfigError, match=message):

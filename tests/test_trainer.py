@@ -197,6 +197,30 @@ def test_vllm_engine_sync_and_mismatch(tiny_model_dir, tmp_path):
     assert rows[-1]["policy_version"] == 2
 
 
+@pytest.mark.skipif(_vllm_python() is None, reason="no vLLM interpreter (make vllm builds .venv-vllm)")
+def test_self_play_opponent_plays_on_the_vllm_rollout_server(tiny_model_dir, tmp_path):
+    """`opponent: self`: the other seat of a TextArena game asks the rollout server (the weights of the last
+    verified sync) through its chat API; the policy's seat trains."""
+    from sleuth.envs.families.opponents import ModelOpponent
+    from sleuth.tasks import load_tasks
+    from sleuth.training.trainer import Trainer
+
+    cfg = _cfg(tiny_model_dir, tmp_path / "selfplay", max_steps=1, env="textarena:KuhnPoker-v0",
+               env_args={"opponent": "self"}, **{"rollout.engine": "vllm", "rollout.vllm_args": ["--enforce-eager"]})
+    trainer = Trainer(cfg, progress=False)
+    try:
+        env = trainer.make_env()
+        assert isinstance(env.opponent, ModelOpponent)
+        assert env.opponent.spec.url == f"{trainer.rollout.urls[0]}/v1" and env.opponent.model == trainer.rollout.served
+        env.reset(options={"task": load_tasks("seeds:3")[0]})
+        env.step("[check]")
+        assert env.opponent.chats[1][1]["role"] == "assistant"  # seat 1 answered from the server
+        rows = trainer.train()  # (closes the servers when done)
+    finally:
+        trainer.rollout.close()
+    assert rows[0]["policy_version"] == 1 and rows[0]["episodes/sampled"] == 4 and rows[0]["episodes/failed"] == 0
+
+
 def test_nested_step_reward_refreshes_and_ppo_epochs_run_through_the_trainer(tiny_model_dir, tmp_path):
     """GiGPO built on an information-gain step reward: `refresh_every` inside `step_reward:` reaches the
     reader (it was silently ignored), the step rewards come back as metrics, and two PPO epochs run two

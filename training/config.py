@@ -198,6 +198,9 @@ class TrainConfig:
             from sleuth.envs.families import family_of
 
             family = family_of(self.env)
+            if family is not None and family.rows:
+                raise ValueError(f"tasks: name the rows of {self.env}'s task set it trains on (e.g. tasks: "
+                                 "seeds:100-499), disjoint from the rows it is evaluated on")
             self.tasks = "seeds:train" if family is not None and family.seeded else "hotpotqa:train"
         if self.cluster.backend == "ray" and self.rollout.engine != "transformers":
             raise ValueError("cluster.backend: ray runs transformers rollout workers; rollout.engine vllm starts its "
@@ -212,6 +215,9 @@ class TrainConfig:
                 if n:
                     raise ValueError(f"rollout.{key} replays an env to a turn of a recorded episode; an agent run "
                                      f"has no env to replay: set rollout.{key}: 0")
+        if self.env_args.get("opponent") == "self" and self.rollout.engine != "vllm":
+            raise ValueError("env_args opponent: self plays the policy's other seats on its own rollout servers: set "
+                             "rollout.engine: vllm (the transformers engine serves no other caller)")
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be ≥ 1, got {self.max_steps}")
         if self.task_limit is not None and self.task_limit < 1:

@@ -28,6 +28,7 @@ from sleuth.agents.loop import run_episodes
 from sleuth.agents.policy import SamplingParams
 from sleuth.agents.requests import WeightsGate
 from sleuth.agents.trajectory import Trajectory
+from sleuth.envs.families.opponents import SELF
 from sleuth.tasks.base import Task
 from sleuth.training import checkpoint
 from sleuth.training.agent_rollout import AgentRollouts
@@ -274,12 +275,20 @@ class Trainer:
         import sleuth
 
         cfg = self.cfg
+        env_args = dict(cfg.env_args)
+        if env_args.get("opponent") == SELF:  # self-play: the other seats ask the rollout servers, synced each step
+            from sleuth.training.vllm_rollout import VLLMRollout
+
+            if not isinstance(self.rollout, VLLMRollout):  # the config refuses it; a rollout built in code may not
+                raise ConfigError("env_args opponent: self needs rollout.engine: vllm")
+            env_args["opponent"] = {**self.rollout.chat_endpoint(), "temperature": cfg.rollout.temperature,
+                                    "max_tokens": cfg.rollout.max_tokens}
         if cfg.cluster.backend == "ray" and cfg.cluster.env_workers:
             from sleuth.training.ray_envs import EnvPool
 
-            self.envs = EnvPool(cfg.cluster, cfg.env, cfg.env_args)
+            self.envs = EnvPool(cfg.cluster, cfg.env, env_args)
             return self.envs.make
-        return lambda: sleuth.make(cfg.env, **cfg.env_args)
+        return lambda: sleuth.make(cfg.env, **env_args)
 
     def _stream(self) -> RolloutStream:
         rc, cfg = self.cfg.rollout, self.cfg

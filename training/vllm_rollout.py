@@ -72,6 +72,11 @@ class VLLMRollout:
         self.weights_file = Path(tempfile.mkstemp(prefix="sleuth-weights-", suffix=".safetensors",
                                                   dir=shm if shm.is_dir() else None)[1])
 
+    def chat_endpoint(self) -> dict[str, str]:
+        """The first server's OpenAI chat API: other callers of the policy's current weights (a self-play
+        opponent) reach it there, outside the rollouts' token-exact completions."""
+        return {"url": f"{self.urls[0]}/v1", "model": self.served}
+
     def _start(self, python: str | None, model_path: str, extra: list[str], timeout_s: float, n: int) -> list[str]:
         """`n` servers started together, each waited for."""
         if not python or not Path(python).exists():

@@ -22,6 +22,9 @@ FAMILIES.register("textarena", EnvFamily("textarena", "sleuth.envs.families.text
                                          "sleuth.envs.families.textarena:env_ids"), "sleuth")
 # OpenEnv ids are open-ended (a module path or a server's URL): nothing to list, nothing to match.
 FAMILIES.register("openenv", EnvFamily("openenv", "sleuth.envs.families.openenv:make", harness="json"), "sleuth")
+# verifiers ids are modules its loader imports (in its own venv): nothing to list; seeds are rows of the taskset.
+FAMILIES.register("verifiers", EnvFamily("verifiers", "sleuth.envs.families.verifiers_env:make", harness="json",
+                                         rows=True), "sleuth")
 
 
 def split_id(env_id: str) -> tuple[str, str] | None:

@@ -49,13 +49,15 @@ def require(module: str, family: str, package: str) -> ModuleType:
 class EnvFamily:
     """One inbound family: `make(id, **env_args)` builds its env `FAMILY:id`; `ids()` lists the ids it knows (for
     "did you mean"; empty where ids are open-ended, e.g. a module path); `seeded`: its episodes come from seeds
-    (`--tasks seeds:A-B`, no task file); `harness`: the one harness its envs take."""
+    (`--tasks seeds:A-B`, no task file); `rows`: its seeds index the rows of a finite task set, so there are no
+    default seed ranges (each run names its rows); `harness`: the harness its envs take by default."""
 
     name: str
     make: Any  # "module:function" or (env_id: str, **env_args) -> gymnasium.Env
     ids: Any = field(default=None)  # "module:function" or () -> list[str]; None: ids are not enumerable
     seeded: bool = True
     harness: str = FREE
+    rows: bool = False
 
 
 class LegalMoves(Sequence[str]):

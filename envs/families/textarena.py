@@ -7,25 +7,21 @@ judge, the policy's and the opponent's alike (TextArena warns once, then the off
 
 Legal moves: TextArena games write moves in brackets and most list the ones open now ("Available Moves:
 '[0]', '[4]'"); the last line of an observation that names moves or actions and holds bracketed moves is
-read as that list. The `random-legal` opponent plays one of them at random (seeded by the episode), or, in a
-game that lists none, a bracketed token of its observation: a move the game may refuse, by its own rules.
-
-An opponent is any object with `act(observation, legal_actions, rng) -> str` (`Opponent`): a user building
-envs in code passes one; a fixed model or the policy itself as the opponent is not built in yet."""
+read as that list. Opponents (`random-legal`, a model behind an OpenAI-compatible server, the policy itself,
+an object in code) are in `opponents.py`."""
 
 from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from sleuth.envs.families.base import LegalMoves, Move, TextGameEnv, require
+from sleuth.envs.families.opponents import ModelOpponent, Opponent, bracketed, make_opponent
 from sleuth.tasks.base import Task
 from sleuth.verifiers.base import Verdict
 
 GAME_ID = -1  # TextArena's sender id of game messages
-_MOVE = re.compile(r"\[[^\[\]\n]{1,40}\]")
 _LISTING = re.compile(r"\b(moves?|actions?)\b", re.I)
 
 
@@ -37,25 +33,10 @@ def listed_moves(text: str) -> list[str] | None:
     """The moves the last line naming moves or actions lists in brackets (None if no line does)."""
     for line in reversed(text.splitlines()):
         if _LISTING.search(line):
-            moves = [m for m in _MOVE.findall(line) if m.strip("[] ")]
+            moves = [m for m in bracketed(line) if m.strip("[] ")]
             if moves:
                 return list(dict.fromkeys(moves))
     return None
-
-
-class Opponent(Protocol):
-    def act(self, observation: str, legal_actions: Sequence[str] | None, rng: random.Random) -> str: ...
-
-
-class RandomLegal:
-    """A listed move at random; where the game lists none, any bracketed token of the observation."""
-
-    def act(self, observation: str, legal_actions: Sequence[str] | None, rng: random.Random) -> str:
-        options = legal_actions or _MOVE.findall(observation)
-        return rng.choice(options) if options else ""
-
-
-OPPONENTS: dict[str, type] = {"random-legal": RandomLegal}
 
 
 def render(messages: list[Any]) -> str:
@@ -72,19 +53,15 @@ def render(messages: list[Any]) -> str:
 class TextArenaEnv(TextGameEnv):
     family = "textarena"
 
-    def __init__(self, env_id: str, *, num_players: int = 2, seat: int = 0, opponent: str | Opponent = "random-legal",
-                 **kwargs: Any):
+    def __init__(self, env_id: str, *, num_players: int = 2, seat: int = 0,
+                 opponent: str | dict[str, Any] | Opponent = "random-legal", **kwargs: Any):
         ta = require("textarena", "textarena", "textarena")
         own = {k: kwargs.pop(k) for k in ("harness", "max_turns", "system_prompt", "tasks") if k in kwargs}
         super().__init__(env_id, **own)
         if not 0 <= seat < num_players:
             raise ValueError(f"seat {seat} is not one of the game's {num_players} seats")
-        if isinstance(opponent, str):
-            if opponent not in OPPONENTS:
-                raise ValueError(f"unknown opponent {opponent!r}: one of {', '.join(OPPONENTS)}, or an object with "
-                                 "act(observation, legal_actions, rng) passed in code")
-            opponent = OPPONENTS[opponent]()
-        self.opponent: Opponent = opponent
+        self.opponent: Opponent = make_opponent(opponent)
+        self.rebuild = {"opponent": opponent} if isinstance(opponent, (str, dict)) else {}  # an object stays in code
         self.num_players, self.seat, self.kwargs = num_players, seat, kwargs
         raw = f"{env_id}-raw"  # the game without TextArena's wrappers: sleuth's chat history holds the messages
         self.game = ta.make(raw if raw in ta.envs.registration.ENV_REGISTRY else env_id, **kwargs)
@@ -95,12 +72,13 @@ class TextArenaEnv(TextGameEnv):
                              "num_players=N") from None
 
     def env_args(self) -> dict[str, Any]:
-        return {"num_players": self.num_players, "seat": self.seat, **self.kwargs}
+        return {"num_players": self.num_players, "seat": self.seat, **self.rebuild, **self.kwargs}
 
     def begin(self, task: Task, seed: int) -> Move:
         self.rng = random.Random(seed)
         self.rewards: dict[int, float] | None = None
         self.game.reset(num_players=self.num_players, seed=seed)
+        self.opponent.new_game()
         return self._until_our_turn()
 
     def advance(self, action: str) -> Move:
@@ -114,7 +92,8 @@ class TextArenaEnv(TextGameEnv):
             text = render(messages)
             if player == self.seat:
                 return Move(text, legal_actions=LegalMoves(lambda t=text: listed_moves(t)))
-            done, _ = self.game.step(self.opponent.act(text, LegalMoves(lambda t=text: listed_moves(t)), self.rng))
+            move = self.opponent.act(player, text, LegalMoves(lambda t=text: listed_moves(t)), self.rng)
+            done, _ = self.game.step(move)
             if done:
                 return self._finish()
 
@@ -123,6 +102,11 @@ class TextArenaEnv(TextGameEnv):
         self.rewards = {int(k): float(v) for k, v in (rewards or {}).items()}
         self.info = dict((game_info or {}).get(self.seat, {}))
         return Move("", reward=self.rewards.get(self.seat, 0.0), terminated=True)
+
+    def close(self) -> None:
+        if isinstance(self.opponent, ModelOpponent):
+            self.opponent.close()
+        super().close()
 
     def verdict(self) -> Verdict:
         if self.rewards is None:  # cut off by max_turns before the game ended: no result

@@ -1,0 +1,118 @@
+"""The `verifiers:` env family: a verifiers (v1) environment as a user writes one (`tests/foreign/vf_calc`: a
+taskset, an MCP toolset, an async rubric), made from sleuth's main venv, where the PyPI `verifiers` cannot be
+installed: its episodes run in verifiers' own venv (`make verifiers`) behind sleuth's Remote env protocol, with
+verifiers' own harness and tools, and the policy in the model's seat."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import sleuth
+from sleuth.agents.loop import run_episodes
+from sleuth.agents.policies import load_tokenizer
+from sleuth.agents.policy import Generation
+from sleuth.envs.families import verifiers_server
+from sleuth.envs.families.verifiers_env import pypi_verifiers_importable
+from sleuth.envs.remote import RemoteEnvError
+from sleuth.tasks import load_tasks
+
+FOREIGN = str(Path(__file__).parent / "foreign")
+REPO = Path(__file__).resolve().parents[1]
+ENV = "verifiers:vf-calc"
+
+
+def _venv_python() -> str | None:
+    try:
+        return verifiers_server.verifiers_python()
+    except ImportError:
+        return None
+
+
+pytestmark = pytest.mark.skipif(_venv_python() is None, reason="no verifiers venv (make verifiers)")
+
+
+@pytest.fixture(autouse=True)
+def _vf_calc_importable(monkeypatch):
+    """The user's env package on the path of the server (and of the toolset processes it starts)."""
+    monkeypatch.setenv("PYTHONPATH", FOREIGN)
+
+
+class Adder:
+    """Calls the env's `calc_add` on the two numbers of the question, then answers with the tool's result."""
+
+    name, version, max_context, parallel_calls = "adder", 0, None, 1
+
+    def __init__(self, wrong: bool = False):
+        self.tokenizer, self.wrong = load_tokenizer("smollm2"), wrong
+
+    def generate(self, requests, sampling):
+        out = []
+        for req in requests:
+            last = req.messages[-1]["content"]
+            if req.turn == 0:
+                a, b = re.findall(r"\d+", last)[:2]
+                text = f'<tool_call>\n{{"name": "calc_add", "arguments": {{"a": {a}, "b": {b}}}}}\n</tool_call>'
+            else:
+                result = int(re.findall(r"-?\d+", last)[-1])
+                text = f"The sum is {result + self.wrong}."
+            ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+            out.append(Generation(ids, [0.0] * len(ids), text))
+        return out
+
+
+def test_the_main_venv_does_not_import_pypi_verifiers_and_the_server_does():
+    """From the repository root sleuth's own `verifiers/` folder shadows the PyPI package; the server runs with
+    `python -P`, which keeps the working directory off sys.path."""
+    assert not pypi_verifiers_importable()  # the main venv (openai 3.x): the family goes remote
+    check = "from sleuth.envs.families.verifiers_env import pypi_verifiers_importable as f; print(f())"
+    shadowed = subprocess.run([_venv_python(), "-c", check], cwd=REPO, capture_output=True, text=True)
+    safe = subprocess.run([_venv_python(), "-P", "-c", check], cwd=REPO, capture_output=True, text=True)
+    assert shadowed.stdout.strip() == "False" and safe.stdout.strip() == "True", (shadowed.stderr, safe.stderr)
+
+
+def test_verifiers_runs_its_own_harness_tools_and_rubric_with_the_policy_in_the_models_seat():
+    tasks = load_tasks("seeds:0-3")
+    trajs = list(run_episodes(lambda: sleuth.make(ENV), tasks, Adder(), concurrency=4))
+    assert [t.verdict.score for t in trajs] == [1.0] * 4
+    t = trajs[0]
+    assert t.verdict.details["reward/correct"] == 1.0 and t.verdict.details["metric/tool_calls"] == 1.0
+    assert t.verdict.details["stop"] == "agent_completed" and len(t.turns) == 2
+    prompt = load_tokenizer("smollm2").decode(t.prompt_ids)
+    assert "You are a careful calculator." in prompt and '"name": "calc_add"' in prompt and "What is 17 + 25?" in prompt
+    assert t.turns[0].observation.strip() == "42"  # the MCP tool's result, as verifiers' harness returned it
+    wrong = list(run_episodes(lambda: sleuth.make(ENV), tasks[:1], Adder(wrong=True)))
+    assert wrong[0].verdict.score == 0.0  # the rubric, not the loop, decides
+
+
+def test_bad_ids_arguments_and_rows_are_refused_in_one_line(capsys, tmp_path):
+    from sleuth.cli import main
+    from sleuth.training.config import load_config
+
+    with pytest.raises(ValueError, match="cannot serve verifiers:no-such-env: .*taskset 'no-such-env' not found"):
+        sleuth.make("verifiers:no-such-env")
+    with pytest.raises(ValueError, match="takes config .* not colour"):
+        sleuth.make(ENV, colour="red")
+    trajs = list(run_episodes(lambda: sleuth.make(ENV), load_tasks("seeds:7"), Adder()))
+    assert trajs[0].failed and "not a row of verifiers:vf-calc, which has 4" in trajs[0].error
+    assert main(["eval", "--env", ENV, "--policy", "random", "--out", str(tmp_path)]) == 2
+    assert "--tasks is required for verifiers:vf-calc" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="name the rows"):
+        load_config(overrides={"env": ENV})
+
+
+def test_a_killed_server_fails_the_episode_and_the_next_env_starts_another():
+    env = sleuth.make(ENV)
+    env.reset(options={"task": load_tasks("seeds:0")[0]})
+    proc = verifiers_server._servers["vf-calc"][0]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    with pytest.raises(RemoteEnvError, match="unreachable"):
+        env.step('<tool_call>{"name": "calc_add", "arguments": {"a": 1, "b": 2}}</tool_call>')
+    trajs = list(run_episodes(lambda: sleuth.make(ENV), load_tasks("seeds:2"), Adder()))
+    assert trajs[0].verdict.score == 1.0 and verifiers_server._servers["vf-calc"][0].pid != proc.pid
