@@ -78,12 +78,14 @@ $(VERL_STAMP): Makefile $(STAMP)
 
 verl: $(VERL_STAMP)
 
-$(VERIFIERS_STAMP): Makefile pyproject.toml $(STAMP)
+$(VERIFIERS_STAMP): Makefile pyproject.toml install/verifiers_env/pyproject.toml $(STAMP)
 	test -x $(VERIFIERS_VENV)/bin/python || $(PYTHON) -m venv $(VERIFIERS_VENV)
 	$(SHARE) $(VERIFIERS_VENV)
 	$(VERIFIERS_VENV)/bin/python $(PIP_INSTALL) "$(VERIFIERS)" -e .
 	$(SHARE) $(VERIFIERS_VENV)
-	$(VERIFIERS_VENV)/bin/python -P -c "import verifiers.v1, sleuth.envs.families.verifiers_env"
+	# sleuth's envs as a verifiers env package (`vf-eval sleuth-env`): verifiers imports envs by top-level module
+	$(VERIFIERS_VENV)/bin/python $(PIP_INSTALL) --no-deps -e install/verifiers_env
+	$(VERIFIERS_VENV)/bin/python -P -c "import verifiers.v1, sleuth.envs.families.verifiers_env, sleuth_env"
 	touch $(VERIFIERS_STAMP)
 
 verifiers: $(VERIFIERS_STAMP)

@@ -1,7 +1,8 @@
-"""The `verifiers:` env family: a verifiers (v1) environment as a user writes one (`tests/foreign/vf_calc`: a
-taskset, an MCP toolset, an async rubric), made from sleuth's main venv, where the PyPI `verifiers` cannot be
-installed: its episodes run in verifiers' own venv (`make verifiers`) behind sleuth's Remote env protocol, with
-verifiers' own harness and tools, and the policy in the model's seat."""
+"""verifiers both ways. Inbound, the `verifiers:` env family: a verifiers (v1) environment as a user writes one
+(`tests/foreign/vf_calc`: a taskset, an MCP toolset, an async rubric), made from sleuth's main venv, where the PyPI
+`verifiers` cannot be installed: its episodes run in verifiers' own venv (`make verifiers`) behind sleuth's Remote
+env protocol, with verifiers' own harness and tools, and the policy in the model's seat. Outbound: verifiers' own
+`vf-eval` runs sleuth's DocRead as the verifiers env `sleuth-env` against sleuth's gateway."""
 
 from __future__ import annotations
 
@@ -77,9 +78,9 @@ def test_the_main_venv_does_not_import_pypi_verifiers_and_the_server_does():
 
 
 def test_verifiers_runs_its_own_harness_tools_and_rubric_with_the_policy_in_the_models_seat():
-    tasks = load_tasks("seeds:0-3")
-    trajs = list(run_episodes(lambda: sleuth.make(ENV), tasks, Adder(), concurrency=4))
-    assert [t.verdict.score for t in trajs] == [1.0] * 4
+    tasks = load_tasks("seeds:0-1")
+    trajs = sorted(run_episodes(lambda: sleuth.make(ENV), tasks, Adder(), concurrency=2), key=lambda t: t.task_id)
+    assert [t.verdict.score for t in trajs] == [1.0] * 2
     t = trajs[0]
     assert t.verdict.details["reward/correct"] == 1.0 and t.verdict.details["metric/tool_calls"] == 1.0
     assert t.verdict.details["stop"] == "agent_completed" and len(t.turns) == 2
@@ -116,3 +117,66 @@ def test_a_killed_server_fails_the_episode_and_the_next_env_starts_another():
         env.step('<tool_call>{"name": "calc_add", "arguments": {"a": 1, "b": 2}}</tool_call>')
     trajs = list(run_episodes(lambda: sleuth.make(ENV), load_tasks("seeds:2"), Adder()))
     assert trajs[0].verdict.score == 1.0 and verifiers_server._servers["vf-calc"][0].pid != proc.pid
+
+
+def test_null_harness_runs_offline_too():
+    """verifiers' `null` harness (chat and the env's tools, no shell) over the same bundled program."""
+    env_args = {"config": {"agent": {"harness": {"id": "null"}}}}
+    trajs = list(run_episodes(lambda: sleuth.make(ENV, **env_args), load_tasks("seeds:3"), Adder()))
+    assert trajs[0].verdict.score == 1.0
+    assert '"name": "bash"' not in load_tokenizer("smollm2").decode(trajs[0].prompt_ids)  # its tools only
+
+
+def test_smollm2_evaluates_and_grpo_trains_two_steps_on_a_verifiers_env(tiny_model_dir, tmp_path):
+    import json
+
+    from sleuth.cli import main
+    from sleuth.training.config import ConfigError, load_config
+    from sleuth.training.trainer import Trainer
+
+    out = tmp_path / "eval"
+    assert main(["eval", "--env", ENV, "--tasks", "seeds:0", "--policy", "smollm2", "--max-tokens", "48",
+                 "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["verdict"]["details"]["stop"] == "agent_completed"
+    cfg = load_config(overrides={"model": tiny_model_dir, "env": ENV, "tasks": "seeds:2-3", "eval.tasks": "seeds:0-1",
+                                 "max_steps": 2, "out": str(tmp_path / "train"), "rollout.group_size": 2,
+                                 "rollout.tasks_per_step": 1, "rollout.max_tokens": 8, "rollout.temperature": 1.0,
+                                 "engine.zero_stage": 0, "checkpoint.every": 100})
+    rows = Trainer(cfg, progress=False).train()
+    assert len(rows) == 2 and all(r["episodes/sampled"] == 2 and r["episodes/failed"] == 0 for r in rows)
+    leak = load_config(overrides={"model": tiny_model_dir, "env": ENV, "tasks": "seeds:1-2", "eval.tasks": "seeds:0-1",
+                                  "out": str(tmp_path / "leak")})
+    with pytest.raises(ConfigError, match="seed-1"):  # training on the rows it is evaluated on is refused
+        Trainer(leak, progress=False)
+
+
+def test_vf_eval_runs_a_sleuth_env_against_sleuths_gateway(tokenizer, tmp_path):
+    """verifiers' own CLI, in its venv, on `sleuth-env` (DocRead over hotpotqa:dev): the model behind sleuth's gateway
+    reads a supporting document and answers the gold; the env's verifier is the rubric (F1 1, half the support)."""
+    import json
+
+    from test_gateway import Scripted
+
+    from sleuth.agents.gateway import Gateway, create_app
+    from sleuth.agents.policy import SamplingParams
+    from sleuth.net import in_thread
+    from sleuth.tasks.qa import qa_docs
+
+    task = load_tasks("hotpotqa:dev", limit=1)[0]
+    read = json.dumps({"name": "read", "arguments": {"doc": qa_docs(task).gold()[0]}})
+    answer = json.dumps({"name": "answer", "arguments": {"text": task.answer}})
+    engine = Scripted(tokenizer, [f"<tool_call>\n{read}\n</tool_call>", f"<tool_call>\n{answer}\n</tool_call>"])
+    vf_eval = str(Path(_venv_python()).parent / "vf-eval")
+    with in_thread(create_app(Gateway(engine, SamplingParams(max_tokens=64)))) as url:
+        done = subprocess.run([vf_eval, "sleuth-env", "--env.taskset.tasks", "hotpotqa:dev", "--env.taskset.limit", "1",
+                               "--client.base-url", f"{url}/v1", "--client.api-key-var", "SLEUTH_TEST_KEY",
+                               "--model", "scripted", "-n", "1", "--no-push", "--no-rich", "-o", str(tmp_path)],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "SLEUTH_TEST_KEY": "any"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    (episode,) = [json.loads(line) for f in tmp_path.glob("*/traces.jsonl") for line in f.read_text().splitlines()]
+    (trace,) = episode["traces"] if isinstance(episode["traces"], list) else episode["traces"].values()
+    assert trace["ok"] and trace["rewards"]["sleuth_score"]["score"] == 1.0
+    assert trace["metrics"]["f1"] == 1.0 and trace["metrics"]["support_recall"] == 0.5
+    assert engine.script == []  # both replies came from the engine behind the gateway

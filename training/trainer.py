@@ -396,12 +396,16 @@ def _gather(obj: T) -> list[T]:
 
 
 def _training_tasks(cfg: TrainConfig) -> list[Task]:
-    """`tasks`, checked against the evaluation data: the source's test split and the run's eval tasks."""
+    """`tasks`, checked against the evaluation data: the source's test split and the run's eval tasks (an env
+    whose seeds are rows of its own task set has no test range of seeds: its held-out rows are the eval tasks)."""
+    from sleuth.envs.families import family_of
     from sleuth.tasks import LeakageError, check_tasks, held_out_specs, load_held_out, load_tasks
 
     tasks = load_tasks(cfg.tasks, limit=cfg.task_limit)
+    family = family_of(cfg.env)
+    specs = [cfg.eval.tasks] if family is not None and family.rows else held_out_specs(cfg.tasks, [cfg.eval.tasks])
     try:
-        check_tasks(tasks, load_held_out(held_out_specs(cfg.tasks, [cfg.eval.tasks])), f"tasks {cfg.tasks}")
+        check_tasks(tasks, load_held_out([s for s in specs if s]), f"tasks {cfg.tasks}")
     except LeakageError as e:
         raise ConfigError(str(e)) from None
     return tasks
