@@ -58,7 +58,9 @@ def test_sleuth_train_runs_an_openai_sdk_agent_with_a_rewritten_history(tmp_path
                         "--set", "agent.entrypoint=coin_agent:run",
                         "--set", f"agent.path={ROOT / 'tests' / 'agents'}", "--set", "rollout.max_tokens=6",
                         "--set", "tasks=hotpotqa:train[0:40]", "--set", "rollout.group_size=4",
-                        "--set", "checkpoint.export_hf=false"],
+                        "--set", "checkpoint.export_hf=false",
+                        # a teacher scores the gateway's segments too (the policy itself, shown the answer)
+                        "--set", "algorithm.distill.teacher=self", "--set", "algorithm.distill.teacher_context=answer"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -69,5 +71,6 @@ def test_sleuth_train_runs_an_openai_sdk_agent_with_a_rewritten_history(tmp_path
     assert all(len(turn.action_ids) == len(turn.action_logprobs) > 0 for t in trajs for turn in t.turns)
     assert all(t.turns[0].policy_version == row["step"] - 1 for row in rows for t in trajs
                if f"@{row['step']}." in t.group)  # each step sampled with the weights synced after the last
+    assert all(row["distill/signal_share"] == 1.0 and row["distill/reverse_kl"] != 0 for row in rows)
     signal = [row for row in rows if row["adv/absmax"] > 0]  # the agent's answers differ within groups
     assert signal and all(row["grad_norm"] > 0 for row in signal)  # and the update follows them

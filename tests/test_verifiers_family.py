@@ -49,8 +49,8 @@ class Adder:
 
     name, version, max_context, parallel_calls = "adder", 0, None, 1
 
-    def __init__(self, wrong: bool = False):
-        self.tokenizer, self.wrong = load_tokenizer("smollm2"), wrong
+    def __init__(self, wrong_on: str = ""):
+        self.tokenizer, self.wrong_on = load_tokenizer("smollm2"), wrong_on  # the task it answers one too high
 
     def generate(self, requests, sampling):
         out = []
@@ -61,7 +61,7 @@ class Adder:
                 text = f'<tool_call>\n{{"name": "calc_add", "arguments": {{"a": {a}, "b": {b}}}}}\n</tool_call>'
             else:
                 result = int(re.findall(r"-?\d+", last)[-1])
-                text = f"The sum is {result + self.wrong}."
+                text = f"The sum is {result + (req.task.id == self.wrong_on)}."
             ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
             out.append(Generation(ids, [0.0] * len(ids), text))
         return out
@@ -78,17 +78,15 @@ def test_the_main_venv_does_not_import_pypi_verifiers_and_the_server_does():
 
 
 def test_verifiers_runs_its_own_harness_tools_and_rubric_with_the_policy_in_the_models_seat():
-    tasks = load_tasks("seeds:0-1")
-    trajs = sorted(run_episodes(lambda: sleuth.make(ENV), tasks, Adder(), concurrency=2), key=lambda t: t.task_id)
-    assert [t.verdict.score for t in trajs] == [1.0] * 2
+    trajs = sorted(run_episodes(lambda: sleuth.make(ENV), load_tasks("seeds:0-1"), Adder(wrong_on="seed-1"),
+                                concurrency=2), key=lambda t: t.task_id)
+    assert [t.verdict.score for t in trajs] == [1.0, 0.0]  # the rubric, not the loop, decides
     t = trajs[0]
     assert t.verdict.details["reward/correct"] == 1.0 and t.verdict.details["metric/tool_calls"] == 1.0
     assert t.verdict.details["stop"] == "agent_completed" and len(t.turns) == 2
     prompt = load_tokenizer("smollm2").decode(t.prompt_ids)
     assert "You are a careful calculator." in prompt and '"name": "calc_add"' in prompt and "What is 17 + 25?" in prompt
     assert t.turns[0].observation.strip() == "42"  # the MCP tool's result, as verifiers' harness returned it
-    wrong = list(run_episodes(lambda: sleuth.make(ENV), tasks[:1], Adder(wrong=True)))
-    assert wrong[0].verdict.score == 0.0  # the rubric, not the loop, decides
 
 
 def test_bad_ids_arguments_and_rows_are_refused_in_one_line(capsys, tmp_path):
@@ -119,12 +117,18 @@ def test_a_killed_server_fails_the_episode_and_the_next_env_starts_another():
     assert trajs[0].verdict.score == 1.0 and verifiers_server._servers["vf-calc"][0].pid != proc.pid
 
 
-def test_null_harness_runs_offline_too():
-    """verifiers' `null` harness (chat and the env's tools, no shell) over the same bundled program."""
-    env_args = {"config": {"agent": {"harness": {"id": "null"}}}}
-    trajs = list(run_episodes(lambda: sleuth.make(ENV, **env_args), load_tasks("seeds:3"), Adder()))
-    assert trajs[0].verdict.score == 1.0
-    assert '"name": "bash"' not in load_tokenizer("smollm2").decode(trajs[0].prompt_ids)  # its tools only
+def test_null_harness_runs_offline_and_an_episode_cut_by_max_turns_leaves_nothing_behind():
+    """verifiers' `null` harness (chat and the env's tools, no shell) over the same bundled program; an episode
+    that sleuth's `max_turns` truncates is unscored, and the next one on the same env starts clean."""
+    env = sleuth.make(ENV, max_turns=1, config={"agent": {"harness": {"id": "null"}}})
+    for seed, (a, b) in ((3, (26, 46)), (2, (23, 39))):
+        _, info = env.reset(options={"task": load_tasks(f"seeds:{seed}")[0]})
+        assert [t["function"]["name"] for t in info["tools"]] == ["calc_add"]  # its tools only: no shell
+        obs, _, terminated, truncated, info = env.step(
+            f'<tool_call>{{"name": "calc_add", "arguments": {{"a": {a}, "b": {b}}}}}</tool_call>')
+        assert truncated and not terminated and obs.strip() == str(a + b)
+        assert info["verdict"]["details"]["stop"] == "max_turns" and info["verdict"]["score"] == 0.0
+    env.close()
 
 
 def test_smollm2_evaluates_and_grpo_trains_two_steps_on_a_verifiers_env(tiny_model_dir, tmp_path):

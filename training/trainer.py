@@ -35,7 +35,7 @@ from sleuth.training.agent_rollout import AgentRollouts
 from sleuth.training.async_rollout import RolloutStream
 from sleuth.training.branching import branch_points, demo_points, load_demonstrator, run_branches
 from sleuth.training.collected import Collected
-from sleuth.training.config import ConfigError, TrainConfig, TrainingError, TrainingWarning
+from sleuth.training.config import ConfigError, RolloutConfig, TrainConfig, TrainingError, TrainingWarning
 from sleuth.training.engine import full_state_dict, init_distributed
 from sleuth.training.metrics import MISMATCH_WARN
 from sleuth.training.ray_envs import EnvPool
@@ -275,14 +275,7 @@ class Trainer:
         import sleuth
 
         cfg = self.cfg
-        env_args = dict(cfg.env_args)
-        if env_args.get("opponent") == SELF:  # self-play: the other seats ask the rollout servers, synced each step
-            from sleuth.training.vllm_rollout import VLLMRollout
-
-            if not isinstance(self.rollout, VLLMRollout):  # the config refuses it; a rollout built in code may not
-                raise ConfigError("env_args opponent: self needs rollout.engine: vllm")
-            env_args["opponent"] = {**self.rollout.chat_endpoint(), "temperature": cfg.rollout.temperature,
-                                    "max_tokens": cfg.rollout.max_tokens}
+        env_args = self_play_args(cfg.env_args, self.rollout, cfg.rollout)
         if cfg.cluster.backend == "ray" and cfg.cluster.env_workers:
             from sleuth.training.ray_envs import EnvPool
 
@@ -395,6 +388,19 @@ def _gather(obj: T) -> list[T]:
     return out
 
 
+def self_play_args(env_args: dict[str, Any], rollout: RolloutEngine, rc: RolloutConfig) -> dict[str, Any]:
+    """`opponent: self` (self-play) made the rollout servers' chat API, sampled as the rollouts are: the other seats
+    play with the weights of the last verified sync. Other env args pass as they are."""
+    if env_args.get("opponent") != SELF:
+        return dict(env_args)
+    from sleuth.training.vllm_rollout import VLLMRollout
+
+    if not isinstance(rollout, VLLMRollout):  # the config refuses it; a rollout built in code may not
+        raise ConfigError("env_args opponent: self needs rollout.engine: vllm")
+    return {**env_args, "opponent": {**rollout.chat_endpoint(), "temperature": rc.temperature,
+                                     "max_tokens": rc.max_tokens}}
+
+
 def _training_tasks(cfg: TrainConfig) -> list[Task]:
     """`tasks`, checked against the evaluation data: the source's test split and the run's eval tasks (an env
     whose seeds are rows of its own task set has no test range of seeds: its held-out rows are the eval tasks)."""
@@ -403,8 +409,8 @@ def _training_tasks(cfg: TrainConfig) -> list[Task]:
 
     tasks = load_tasks(cfg.tasks, limit=cfg.task_limit)
     family = family_of(cfg.env)
-    specs = [cfg.eval.tasks] if family is not None and family.rows else held_out_specs(cfg.tasks, [cfg.eval.tasks])
     try:
+        specs = [cfg.eval.tasks] if family is not None and family.rows else held_out_specs(cfg.tasks, [cfg.eval.tasks])
         check_tasks(tasks, load_held_out([s for s in specs if s]), f"tasks {cfg.tasks}")
     except LeakageError as e:
         raise ConfigError(str(e)) from None

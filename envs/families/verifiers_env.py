@@ -133,7 +133,12 @@ class VerifiersEnv(TextGameEnv):
         return asyncio.Queue()  # made on the env's loop, where it is used
 
     def _run(self, coro: Any, timeout: float | None = None) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            raise
 
     def env_args(self) -> dict[str, Any]:
         return {"config": self.config, "timeout_s": self.timeout_s}
@@ -177,7 +182,7 @@ class VerifiersEnv(TextGameEnv):
                              "(env_args timeout_s)") from None
         if got is None:  # the episode ended
             self.trace = self.rollout.result()
-            if self.trace.errors and not self.trace.ok:
+            if not self.trace.ok:
                 raise EnvFailure(f"verifiers:{self.env_id} failed its episode: {self._why()}")
             return Move("", reward=float(self.trace.reward or 0.0), terminated=True)
         body, self.pending = got
@@ -226,11 +231,17 @@ class VerifiersEnv(TextGameEnv):
                                                          **scores, **metrics})
 
     def _cancel(self) -> None:
+        """End an episode cut off before its harness ended, and drop any request it left parked."""
         if self.rollout is not None and not self.rollout.done():
             self.rollout.cancel()
-            with contextlib.suppress(Exception):
-                self._run(asyncio.sleep(0), 5)  # let the cancellation run its cleanup
+        with contextlib.suppress(Exception):
+            self._run(self._drain(), 5)
         self.rollout = self.pending = None
+
+    async def _drain(self) -> None:
+        await asyncio.sleep(0)  # the cancellation runs its cleanup
+        while not self.requests.empty():
+            self.requests.get_nowait()
 
     def close(self) -> None:
         if not self.thread.is_alive():
