@@ -122,7 +122,7 @@ test: setup vllm verl verifiers
 	$(PY) -m pytest -q
 
 # Benchmarks print ratios against the alternative a user would pick, measured side by side.
-bench: setup
+bench: setup verifiers
 	$(PY) $(PIP_INSTALL) -e ".[bench]"
 	$(PY) bench/env_step.py
 	$(PY) bench/sandbox.py
@@ -140,6 +140,8 @@ bench: setup
 	$(PY) bench/gateway.py
 	$(PY) bench/ray_overhead.py
 	$(PY) bench/distill_cost.py
+	$(PY) bench/family_step.py
+	$(PY) bench/verifiers_episode.py
 
 # Advantage estimators from the warm start (runs/main/sft/hf, built if missing), same seeds and episode budget,
 # DocRead on hotpotqa:train → the first 100 hotpotqa:dev and 48 hotpotqa:test questions, one table each. The CPU

@@ -46,6 +46,7 @@ def through_sleuth() -> list[float]:
 def verifiers_alone() -> list[float]:
     import verifiers.v1 as vf
     from verifiers.v1.interception import InterceptionServer
+    from verifiers.v1.utils.loaders import harness_config_type
 
     from sleuth.envs.families.verifiers_env import _offline_chat_programs, _ParkingClient
 
@@ -59,7 +60,7 @@ def verifiers_alone() -> list[float]:
         out = []
         async with InterceptionServer() as server:
             server.clients[client.model_dump_json()] = _ParkingClient(requests)
-            agent = vf.Agent(config.agent.model_copy(update={"harness": vf.HarnessConfig(id="bash"),
+            agent = vf.Agent(config.agent.model_copy(update={"harness": harness_config_type("bash")(id="bash"),
                                                              "model": "m", "client": client}), interception=server)
 
             async def answer() -> None:  # a model that replies at once: the call, then the answer
