@@ -258,7 +258,8 @@ def add_eval_parser(sub: Any) -> None:
     e.add_argument("--verifier", help="with --agent or --agent-command: the registered verifier that scores its "
                    f"answers ({', '.join(VERIFIERS.names())})")
     e.add_argument("--tasks", help="NAME:SPLIT or NAME:PATH (e.g. hotpotqa:test); seeds:A-B for an env that makes "
-                   "its own episodes (reasoning_gym:, gem:, textarena:; default seeds:test, i.e. 0, 1, 2, ...)")
+                   "its own episodes (reasoning_gym:, gem:, textarena:, openenv:; default seeds:test, i.e. 0, 1, 2, "
+                   "...); for verifiers: envs, the rows of its taskset (seeds:0-9; no default)")
     e.add_argument("--policy", default=EMBEDDED,
                    help=f"comma list of: {EMBEDDED}, a scripted baseline ({', '.join(SCRIPTED_POLICIES.names())}), "
                         "a local model directory or a hub id already in the local Hugging Face cache")
