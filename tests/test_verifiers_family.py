@@ -105,6 +105,14 @@ def test_bad_ids_arguments_and_rows_are_refused_in_one_line(capsys, tmp_path):
         load_config(overrides={"env": ENV})
 
 
+def test_a_harness_that_rewrites_the_conversation_fails_the_episode_in_one_line():
+    env = sleuth.make("verifiers:vf-forgetful")
+    env.reset(options={"task": load_tasks("seeds:0")[0]})
+    with pytest.raises(RemoteEnvError, match="rewrote the conversation"):
+        env.step("Hello.")
+    env.close()
+
+
 def test_a_killed_server_fails_the_episode_and_the_next_env_starts_another():
     env = sleuth.make(ENV)
     env.reset(options={"task": load_tasks("seeds:0")[0]})

@@ -7,7 +7,8 @@ model request verifiers makes is parked and becomes an observation (the messages
 policy's last reply — tool results, user turns), the policy's sampled reply goes back as the assistant message
 (its tool calls read in sleuth's tool-call format, `json` or `text`, against the tools the request offered), and
 when the harness ends, the task's rubric scores the trace (`trace.reward`, the weighted sum of its `@vf.reward`s).
-The trajectory holds the policy's own sampled ids, as for any env.
+The trajectory holds the policy's own sampled ids, as for any env; a harness that rewrites the conversation
+between calls (compaction) fails the episode, since the trajectory cannot follow a history that changes.
 
 Tasks are rows of the env's taskset: `--tasks seeds:A-B` plays rows A..B (a seed past the last row is refused),
 and a training config names its rows (`tasks: seeds:...`), disjoint from the rows it is evaluated on.
@@ -208,6 +209,10 @@ class VerifiersEnv(TextGameEnv):
             self.system_prompt = system or None
             new = [m for m in messages if m.get("role") not in ("system", "developer")]
         else:
+            if len(messages) <= self.seen or messages[self.seen].get("role") != "assistant":
+                raise EnvFailure(f"verifiers:{self.env_id}'s harness rewrote the conversation (e.g. compacted it): a "
+                                 "sleuth trajectory is the policy's own tokens, turn after turn, and cannot follow a "
+                                 "history that changes")
             new = messages[self.seen + 1:]  # after the policy's own reply, which it has in its history already
         self.seen = len(messages)
         parts = [self.harness.parser.wrap(message_text(m)) if m.get("role") == "tool" else message_text(m)
