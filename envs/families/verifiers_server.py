@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -53,6 +54,7 @@ def _start(env_id: str) -> tuple[subprocess.Popen, str, Path]:
     except (RuntimeError, TimeoutError) as e:
         _kill(proc)
         said = log.read_text(errors="replace").strip().splitlines()
+        shutil.rmtree(workdir, ignore_errors=True)
         if proc.returncode == 2 and said:  # the server refused the env: its one line (`cannot serve ...`) says why
             raise ValueError(said[-1].removeprefix("error: ")) from None
         raise RuntimeError(f"the verifiers env server ({python}) did not start: {e}: {' | '.join(said[-3:])}") from None
@@ -68,11 +70,16 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait(30)
 
 
+def _stop(server: tuple[subprocess.Popen, str, Path]) -> None:
+    _kill(server[0])
+    shutil.rmtree(server[2], ignore_errors=True)  # its log and working directory
+
+
 @atexit.register
 def _stop_all() -> None:
     with _lock:
-        for proc, _, _ in _servers.values():
-            _kill(proc)
+        for server in _servers.values():
+            _stop(server)
         _servers.clear()
 
 
@@ -81,6 +88,8 @@ def server_url(env_id: str) -> str:
     with _lock:
         running = _servers.get(env_id)
         if running is None or running[0].poll() is not None:
+            if running is not None:
+                _stop(running)
             _servers[env_id] = running = _start(env_id)
         return running[1]
 
