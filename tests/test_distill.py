@@ -73,6 +73,9 @@ def test_jsd_against_its_definition():
     ({"algorithm.distill.teacher": "smollm2", "algorithm.distill.teacher_context": "docs"}, "teacher_context must"),
     ({"algorithm.distill.teacher": "smollm2", "algorithm.estimator": "none", "rollout.zero_variance": "drop"},
      "zero_variance drop"),
+    ({"algorithm.distill.teacher": "smollm2", "algorithm.distill.teacher_device": "gpu"}, "auto or cpu"),
+    ({"algorithm.distill.teacher": "self", "algorithm.distill.teacher_context": "answer",
+      "algorithm.distill.teacher_device": "cpu"}, "moves a local teacher model"),
 ])
 def test_config_refuses_what_cannot_learn(over, match):
     with pytest.raises(ConfigError, match=match):
@@ -260,6 +263,10 @@ def test_a_teacher_with_another_vocabulary_is_refused_naming_both(tiny_model_dir
     with pytest.raises(ConfigError, match="cannot be loaded") as e:
         load_teacher(DistillConfig(teacher=str(tmp_path / "missing")), student, True, 1024, 4096)
     assert "\n" not in str(e.value)
+    # a teacher kept on the host (`teacher_device: cpu`): its weights and its forwards are there
+    teacher = load_teacher(DistillConfig(teacher=tiny_model_dir, teacher_device="cpu"), student, True, 1024, 4096)
+    assert teacher.device == torch.device("cpu")
+    assert {p.device for p in teacher.forward.model.parameters()} == {torch.device("cpu")}
 
 
 # -- through the trainer and the CLI ------------------------------------------------------------------------

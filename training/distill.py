@@ -70,6 +70,9 @@ class DistillConfig:
     teacher_context: str | None = None
     teacher_temperature: float = 1.0  # the teacher's distribution is softmax(logits / this)
     teacher_dtype: str = "auto"  # auto (the policy's compute dtype) | float32 | bfloat16
+    # Where a local teacher's weights and forward live: `auto` (the trainer's device) or `cpu` (a GPU run keeps the
+    # accelerator's memory for the student; the teacher's forward runs on the host, its logprobs come back).
+    teacher_device: str = "auto"
 
     def __post_init__(self) -> None:
         if self.kind not in DISTILL_KINDS:
@@ -93,6 +96,11 @@ class DistillConfig:
         if ctx is not None and ctx not in CONTEXT_FIELDS and not (ctx.startswith("payload.") and len(ctx) > 8):
             raise ValueError(f"algorithm.distill.teacher_context must be one of {', '.join(CONTEXT_FIELDS)} or "
                              f"payload.<key>; got {ctx!r}")
+        if self.teacher_device not in ("auto", "cpu"):
+            raise ValueError(f"algorithm.distill.teacher_device must be auto or cpu; got {self.teacher_device!r}")
+        if self.teacher_device == "cpu" and (self.teacher == "self" or self.is_server):
+            raise ValueError("algorithm.distill.teacher_device: cpu moves a local teacher model; a `self` teacher is "
+                             "the policy on its own device and a server's model is the server's")
         if self.is_server and self.teacher_temperature != 1.0:
             raise ValueError("algorithm.distill.teacher_temperature: a server teacher's prompt logprobs are at its "
                              "model's own temperature (1); leave teacher_temperature at 1.0")

@@ -95,9 +95,10 @@ class Teacher:
     """Scores trajectories under `forward` (the teacher's model at the teacher's temperature) in this process."""
 
     def __init__(self, cfg: DistillConfig, forward: ScoredForward, tokenizer: Any, pad_id: int, max_length: int,
-                 micro_batch_tokens: int):
+                 micro_batch_tokens: int, on: torch.device | None = None):
         self.cfg, self.forward, self.tokenizer, self.pad_id = cfg, forward, tokenizer, pad_id
         self.max_length, self.micro_batch_tokens = max_length, micro_batch_tokens
+        self.device = on or device()  # where the teacher's weights are: its forwards run there
 
     def context_ids(self, task: Task | None) -> list[int]:
         return context_ids(self.cfg, self.tokenizer, task)
@@ -115,7 +116,7 @@ class Teacher:
         batches = micro_batches(rows, [np.zeros(t.num_policy_tokens) for t in rows], self.pad_id,
                                 self.micro_batch_tokens, packed=self.forward.uses_packing(),
                                 share=self.forward.shares_prefix())
-        dev = device()
+        dev = self.device
         for i in range(int(all_max(len(batches)))):
             b = (batches[i] if i < len(batches) else empty_batch(batches[0] if batches else None, self.pad_id)).to(dev)
             scored = self.forward(b.input_ids, b.attention_mask, b.loss_mask)

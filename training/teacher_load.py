@@ -40,13 +40,14 @@ def load_teacher(cfg: DistillConfig, policy: Any, packing: bool, chunk: int,
                           f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     check_vocabulary(tokenizer, policy.tokenizer, cfg.teacher, policy.path)
     dtype = {"auto": policy.dtype, "float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.teacher_dtype]
+    on = torch.device("cpu") if cfg.teacher_device == "cpu" else device()
     try:
-        module = load_causal_lm(path, dtype).to(device()).eval().requires_grad_(False)
+        module = load_causal_lm(path, dtype).to(on).eval().requires_grad_(False)
     except (OSError, ValueError) as e:
         raise ConfigError(f"algorithm.distill.teacher {cfg.teacher!r} cannot be loaded: "
                           f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     forward = ScoredForward(module, module, temperature, packed=packing, chunk=chunk)
-    return Teacher(cfg, forward, tokenizer, policy.pad_id, _window(module), micro_batch_tokens)
+    return Teacher(cfg, forward, tokenizer, policy.pad_id, _window(module), micro_batch_tokens, on=on)
 
 
 def check_vocabulary(teacher: Any, student: Any, teacher_name: str, student_name: str) -> None:
