@@ -94,6 +94,7 @@ class VerifiersEnv(TextGameEnv):
                  **kwargs: Any):
         vf = require("verifiers.v1", "verifiers", "verifiers")
         from verifiers.v1.interception import InterceptionServer
+        from verifiers.v1.mcp import serve_shared
         from verifiers.v1.utils.loaders import default_harness_id, harness_config_type
 
         own = {k: kwargs.pop(k) for k in ("harness", "max_turns", "system_prompt", "tasks") if k in kwargs}
@@ -106,7 +107,8 @@ class VerifiersEnv(TextGameEnv):
         agent = given.setdefault("agent", {})
         agent.setdefault("runtime", {"type": "subprocess"})  # verifiers' default is a hosted sandbox
         env_config = vf.resolve_env_config(given)
-        self.rows = list(vf.load_taskset(env_config.taskset))
+        taskset = vf.load_taskset(env_config.taskset)
+        self.rows = list(taskset)
         if not self.rows:
             raise ValueError(f"verifiers:{env_id} has an empty taskset")
         harness = env_config.agent.harness
@@ -126,6 +128,9 @@ class VerifiersEnv(TextGameEnv):
         self.server = self._run(self.stack.enter_async_context(InterceptionServer()))
         self.requests: asyncio.Queue = self._run(self._queue())
         self.server.clients[self.client.model_dump_json()] = _ParkingClient(self.requests)
+        # the taskset's shared tool servers, started once for this env's episodes, as verifiers' Env starts them
+        shared = taskset.toolsets(taskset.config)
+        self.shared_tools = self._run(self.stack.enter_async_context(serve_shared(shared))) if shared else {}
         self.vf_agent = vf.Agent(self.agent_config, interception=self.server)
         self.rollout: asyncio.Future | None = None
         self.pending: asyncio.Future | None = None
@@ -154,7 +159,8 @@ class VerifiersEnv(TextGameEnv):
                              f"(seeds:0-{len(self.rows) - 1})")
         self._cancel()
         self.seen, self.tools, self.trace = 0, {}, None
-        self.rollout = asyncio.run_coroutine_threadsafe(self.vf_agent.run(self.rows[seed]), self.loop)
+        self.rollout = asyncio.run_coroutine_threadsafe(self.vf_agent.run(self.rows[seed], tools=self.shared_tools),
+                                                        self.loop)
         move = self._next()
         if move.terminated:
             raise EnvFailure(f"verifiers:{self.env_id} ended its episode before asking the model: "

@@ -7,15 +7,7 @@ class CalcData(vf.TaskData):
     answer: str = ""
 
 
-class CalcTaskConfig(vf.TaskConfig):
-    tools: vf.ToolsetConfig = vf.ToolsetConfig()
-
-
-class CalcTask(vf.Task[CalcData, vf.State, CalcTaskConfig]):
-    @classmethod
-    def toolsets(cls, config: CalcTaskConfig) -> list[vf.Toolset]:
-        return [CalcToolset(config.tools)]
-
+class CalcTask(vf.Task[CalcData]):
     @vf.reward(weight=1.0)
     async def correct(self, trace: vf.Trace) -> float:
         return float(self.data.answer in (trace.last_reply or ""))
@@ -27,10 +19,14 @@ class CalcTask(vf.Task[CalcData, vf.State, CalcTaskConfig]):
 
 class CalcConfig(vf.TasksetConfig):
     num_tasks: int = 4
-    task: CalcTaskConfig = CalcTaskConfig()
+    tools: vf.ToolsetConfig = vf.ToolsetConfig()
 
 
 class CalcTaskset(vf.Taskset[CalcTask, CalcConfig]):
+    @classmethod
+    def toolsets(cls, config: CalcConfig) -> list[vf.Toolset]:
+        return [CalcToolset(config.tools)]  # one server for every rollout of the taskset
+
     def load(self):
         for i in range(self.config.num_tasks):
             a, b = 17 + 3 * i, 25 + 7 * i
