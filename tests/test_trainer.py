@@ -177,7 +177,7 @@ def _self_play_on(trainer):
     last verified sync) through its chat API, sampled as the rollouts are."""
     from sleuth.envs.families.opponents import ModelOpponent
     from sleuth.tasks import load_tasks
-    from sleuth.training.trainer import self_play_args
+    from sleuth.training.rollouts import self_play_args
 
     args = self_play_args({"opponent": "self", "seat": 0}, trainer.rollout, trainer.cfg.rollout)
     env = sleuth.make("textarena:KuhnPoker-v0", **args)

@@ -4,10 +4,13 @@ engine without an engine importing it back."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
+from sleuth.envs.families.opponents import SELF
 from sleuth.training.cluster import ClusterConfig
-from sleuth.training.config import RolloutConfig
+from sleuth.training.config import ConfigError, RolloutConfig
 from sleuth.training.rollout import RolloutEngine, TransformersRollout
 from sleuth.training.update import UpdateConfig
 
@@ -29,3 +32,16 @@ def make_rollout(rollout: RolloutConfig, cluster: ClusterConfig, update: UpdateC
         return RayRollout(rollout, cluster, model_path, dtype, probe_ids, update.sync_tolerance, world)
     return TransformersRollout(model_path, str(device()), dtype, probe_ids, update.sync_tolerance,
                                max_batch=rollout.concurrency, kv_keep_mb=rollout.kv_keep_mb)
+
+
+def self_play_args(env_args: dict[str, Any], rollout: RolloutEngine, rc: RolloutConfig) -> dict[str, Any]:
+    """`opponent: self` (self-play) made the rollout servers' chat API, sampled as the rollouts are: the other seats
+    play with the weights of the last verified sync. Other env args pass as they are."""
+    if env_args.get("opponent") != SELF:
+        return dict(env_args)
+    from sleuth.training.vllm_rollout import VLLMRollout
+
+    if not isinstance(rollout, VLLMRollout):  # the config refuses it; a rollout built in code may not
+        raise ConfigError("env_args opponent: self needs rollout.engine: vllm")
+    return {**env_args, "opponent": {**rollout.chat_endpoint(), "temperature": rc.temperature,
+                                     "max_tokens": rc.max_tokens}}

@@ -11,8 +11,9 @@ from typing import Any
 
 import torch
 
+from sleuth.tasks.base import Task
 from sleuth.training import checkpoint
-from sleuth.training.config import ConfigError
+from sleuth.training.config import ConfigError, TrainConfig
 from sleuth.training.engine import EngineConfig, build_engine, device, load_dtype, resolved_dtype
 from sleuth.training.metrics import MetricsLogger, WandbConfig
 
@@ -95,3 +96,19 @@ def load_reference(policy: PolicyModel) -> torch.nn.Module:
 
     ref = load_causal_lm(policy.path, policy.dtype).to(device()).eval()
     return ref.requires_grad_(False)
+
+
+def training_tasks(cfg: TrainConfig) -> list[Task]:
+    """`tasks`, checked against the evaluation data: the source's test split and the run's eval tasks (an env
+    whose seeds are rows of its own task set has no test range of seeds: its held-out rows are the eval tasks)."""
+    from sleuth.envs.families import family_of
+    from sleuth.tasks import LeakageError, check_tasks, held_out_specs, load_held_out, load_tasks
+
+    tasks = load_tasks(cfg.tasks, limit=cfg.task_limit)
+    family = family_of(cfg.env)
+    try:
+        specs = [cfg.eval.tasks] if family is not None and family.rows else held_out_specs(cfg.tasks, [cfg.eval.tasks])
+        check_tasks(tasks, load_held_out([s for s in specs if s]), f"tasks {cfg.tasks}")
+    except LeakageError as e:
+        raise ConfigError(str(e)) from None
+    return tasks

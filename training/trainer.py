@@ -28,20 +28,19 @@ from sleuth.agents.loop import run_episodes
 from sleuth.agents.policy import SamplingParams
 from sleuth.agents.requests import WeightsGate
 from sleuth.agents.trajectory import Trajectory
-from sleuth.envs.families.opponents import SELF
 from sleuth.tasks.base import Task
 from sleuth.training import checkpoint
 from sleuth.training.agent_rollout import AgentRollouts
 from sleuth.training.async_rollout import RolloutStream
 from sleuth.training.branching import branch_points, demo_points, load_demonstrator, run_branches
 from sleuth.training.collected import Collected
-from sleuth.training.config import ConfigError, RolloutConfig, TrainConfig, TrainingError, TrainingWarning
+from sleuth.training.config import ConfigError, TrainConfig, TrainingError, TrainingWarning
 from sleuth.training.engine import full_state_dict, init_distributed
 from sleuth.training.metrics import MISMATCH_WARN
 from sleuth.training.ray_envs import EnvPool
 from sleuth.training.rollout import RolloutEngine, WeightSyncError
-from sleuth.training.rollouts import make_rollout
-from sleuth.training.run import PROBE, RunDir, load_policy_model, load_reference
+from sleuth.training.rollouts import make_rollout, self_play_args
+from sleuth.training.run import PROBE, RunDir, load_policy_model, load_reference, training_tasks
 from sleuth.training.sampler import TaskSampler
 from sleuth.training.step_metrics import StepPart, components, ranges, step_row, why_no_signal
 from sleuth.training.teacher_load import load_teacher
@@ -88,7 +87,7 @@ class Trainer:
 
         torch.manual_seed(cfg.seed + self.rank)
         self.estimator = rewards.make(cfg.algorithm.estimator, **cfg.algorithm.estimator_args)
-        self.tasks = _training_tasks(cfg)
+        self.tasks = training_tasks(cfg)
         self.tasks_by_id = {t.id: t for t in self.tasks}
         self.sampler = TaskSampler(len(self.tasks), cfg.seed)
         self.model = load_policy_model(cfg.model, cfg.engine)
@@ -386,32 +385,3 @@ def _gather(obj: T) -> list[T]:
     out: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out
-
-
-def self_play_args(env_args: dict[str, Any], rollout: RolloutEngine, rc: RolloutConfig) -> dict[str, Any]:
-    """`opponent: self` (self-play) made the rollout servers' chat API, sampled as the rollouts are: the other seats
-    play with the weights of the last verified sync. Other env args pass as they are."""
-    if env_args.get("opponent") != SELF:
-        return dict(env_args)
-    from sleuth.training.vllm_rollout import VLLMRollout
-
-    if not isinstance(rollout, VLLMRollout):  # the config refuses it; a rollout built in code may not
-        raise ConfigError("env_args opponent: self needs rollout.engine: vllm")
-    return {**env_args, "opponent": {**rollout.chat_endpoint(), "temperature": rc.temperature,
-                                     "max_tokens": rc.max_tokens}}
-
-
-def _training_tasks(cfg: TrainConfig) -> list[Task]:
-    """`tasks`, checked against the evaluation data: the source's test split and the run's eval tasks (an env
-    whose seeds are rows of its own task set has no test range of seeds: its held-out rows are the eval tasks)."""
-    from sleuth.envs.families import family_of
-    from sleuth.tasks import LeakageError, check_tasks, held_out_specs, load_held_out, load_tasks
-
-    tasks = load_tasks(cfg.tasks, limit=cfg.task_limit)
-    family = family_of(cfg.env)
-    try:
-        specs = [cfg.eval.tasks] if family is not None and family.rows else held_out_specs(cfg.tasks, [cfg.eval.tasks])
-        check_tasks(tasks, load_held_out([s for s in specs if s]), f"tasks {cfg.tasks}")
-    except LeakageError as e:
-        raise ConfigError(str(e)) from None
-    return tasks
