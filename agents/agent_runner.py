@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from sleuth.agents.gateway import Gateway
+from sleuth.agents.gateway.reads import recognise_reads
 from sleuth.agents.gateway.recorder import ENV_ID
 from sleuth.agents.trajectory import Trajectory
 from sleuth.tasks.base import Task
@@ -233,8 +234,9 @@ def _records(agent: AgentFn, task: Task, session: str, base_url: str, gateway: G
         return [_failed(task, session, "engine_error", f"{ep.failed_calls} call(s) failed; the last: {ep.error}")]
     if not isinstance(answer, str):
         return [_failed(task, session, "agent_error", f"the agent returned {type(answer).__name__}, not a string")]
+    reads = recognise_reads(ep.segments, task)
     try:
-        v = verdict(verifier, task, answer)
+        v = verdict(verifier, task, answer, **({"evidence": [r.title for r in reads]} if reads is not None else {}))
     except Exception as e:  # e.g. a verifier that cannot score on this machine: no verdict, so no answer
         return [_failed(task, session, "verifier_error", f"{verifier}: {type(e).__name__}: {e}")]
     segments = ep.segments or [Trajectory(task.id, ENV_ID, prompt_ids=[], terminated=True, stop_reason="no_calls")]

@@ -15,9 +15,10 @@ from sleuth.agents.trajectory import Trajectory
 # The verifier's numbers, then two of the episode's own: the share of its turns that were invalid tool calls
 # (averaged per task, so its mean is a run's `tool_error_rate_episodes`), and whether it ended by answering (1)
 # or ran out of budget (0); and whether a document it read held the answer (paired on the tasks where both runs
-# read a document and the answer can be a span), and whether its answer was the title of a document it was shown.
+# read a document and the answer can be a span), and whether its answer was the title of a document it was shown;
+# how many valid tool calls it made, and of the turns that tried to call a tool the share that were valid.
 METRICS = ("score", "em", "f1", "support_recall", "answer_read", "title_answer", "all_passed", "tool_error_share",
-           "answered")
+           "answered", "tool_calls", "valid_call_share")
 
 
 def per_task(trajs: list[Trajectory]) -> dict[str, dict[str, float]]:
@@ -90,7 +91,7 @@ def write_comparison_plot(result: dict[str, Any], path: Path) -> None:
     for bars in (a, b):
         ax.bar_label(bars, fmt="%.2f", fontsize=7, label_type="center")  # zeros stay visible
     ax.set_xticks(list(x), [r["metric"] for r in rows])
-    ax.set_ylim(0, 1.1)
+    ax.set_ylim(0, max([1.1, *(1.1 * max(r["a"], r["b"]) for r in rows)]))  # counts (tool_calls) exceed 1
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over them
     ax.set_title("B vs A (error bars: 95% CI of B − A, placed on B)")
     fig.tight_layout()

@@ -81,9 +81,14 @@ def episode_metrics(t: Trajectory, *segments: Trajectory) -> dict[str, float]:
     if titles and isinstance(prediction, str) and normalize_answer(prediction):
         # a small reader's shortcut: answering with the name of a document it was shown, not a span inside it
         m["title_answer"] = float(normalize_answer(prediction) in titles)
+    calls = sum(turn.tool_call is not None and turn.error is None for turn in turns)
+    errors = sum(turn.error is not None for turn in turns)
+    if calls + errors:
+        m["valid_call_share"] = calls / (calls + errors)
     m.update(
         turns=float(len(turns)),
-        tool_errors=float(sum(turn.error is not None for turn in turns)),
+        tool_errors=float(errors),
+        tool_calls=float(calls),
         answered=float(t.terminated),
         policy_tokens=float(sum(part.num_policy_tokens for part in parts)),
         total_tokens=float(sum(len(part.token_ids()) for part in parts)),
@@ -115,7 +120,7 @@ def summarise(trajs: Sequence[Trajectory], wall_time_s: float, meta: dict[str, A
     summary: dict[str, Any] = {**meta, "n": n, "n_failed": len(groups) - n,
                                "n_prompt_too_long": sum(g[0].stop_reason == "prompt_too_long" for g in ok_groups)}
     skip = {"reads", "gold_reads", "rereads", "turns", "tool_errors", "answered", "policy_tokens", "total_tokens",
-            "tool_error_share", "answer_read", "title_answer"}
+            "tool_error_share", "answer_read", "title_answer", "valid_call_share"}
     summary.update({k: mean(k) for k in keys if k not in skip})
     if any(turn.read for t in ok for turn in t.turns) or meta.get("env", "").endswith("DocRead-v0"):
         summary.update(mean_reads=mean("reads"), mean_gold_reads=mean("gold_reads"), mean_rereads=mean("rereads"))
@@ -128,11 +133,16 @@ def summarise(trajs: Sequence[Trajectory], wall_time_s: float, meta: dict[str, A
     if titled:
         summary["title_answer_rate"] = round(sum(titled) / len(titled), 4)
     turns = sum(r["turns"] for r in rows)
+    tried = [r["valid_call_share"] for r in rows if "valid_call_share" in r]
     summary.update(
         mean_turns=mean("turns"),
         answered_rate=mean("answered"),
         tool_error_rate_turns=round(sum(r["tool_errors"] for r in rows) / turns, 4) if turns else 0.0,
         tool_error_rate_episodes=mean("tool_error_share"),
+        # of the turns that tried to call a tool, the share whose call was valid (a named, offered tool and
+        # arguments that parse; a tool's own error, where the env runs the tools), averaged over the episodes
+        # that tried: what a warm start for tool calls must raise
+        valid_call_share=round(sum(tried) / len(tried), 4) if tried else 0.0,
         policy_tokens=int(sum(r["policy_tokens"] for r in rows)),
         total_tokens=int(sum(r["total_tokens"] for r in rows)),
         wall_time_s=round(wall_time_s, 2),

@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from sleuth.envs.parsers import NO_CALL
+
 INSTANT_MAX_TOKENS = 16
 
 # -- arm B's agent: written against the openai SDK alone -------------------------------------------------------
@@ -25,7 +27,6 @@ TOOLS: list[dict[str, Any]] = [
         "parameters": {"type": "object", "properties": {"text": {"type": "string", "description": "the answer"}},
                        "required": ["text"]}}},
 ]
-NO_CALL = 'no tool call found: reply with <tool_call>{"name": ..., "arguments": {...}}</tool_call>'
 MAX_OBSERVATION = 4000
 
 

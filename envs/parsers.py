@@ -97,6 +97,9 @@ def _calls_from_json(blob: str) -> ParseResult:
     return ParseResult(calls=calls)
 
 
+NO_CALL = 'no tool call found: reply with <tool_call>{"name": ..., "arguments": {...}}</tool_call>'
+
+
 class JSONParser(ToolCallParser):
     """Hermes / Qwen `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks; failing those, an
     OpenAI-style JSON function call (bare, or in a ```json fence). A missing closing tag is tolerated
@@ -118,8 +121,7 @@ class JSONParser(ToolCallParser):
         candidate = (fenced.group(1) if fenced else text).strip()
         if candidate.startswith(("{", "[")):
             return _calls_from_json(candidate)
-        return ParseResult(error="no tool call found: reply with "
-                                 "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>")
+        return ParseResult(error=NO_CALL)
 
     def render(self, call: ToolCall) -> str:
         return "<tool_call>\n" + json.dumps(call.to_dict(), ensure_ascii=False) + "\n</tool_call>"

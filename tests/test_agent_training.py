@@ -38,7 +38,7 @@ def test_an_episodes_segments_count_once_in_its_group_and_share_its_advantage():
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ("algorithm.estimator=info_gain", "no env events"),
+    ("algorithm.estimator=gigpo", "no env state"),
     ("rollout.max_staleness=1", "max_staleness 0"),
     ("agent.entrypoint=nope_agent:run", "nope_agent"),
     ("agent.verifier=qaa", "qaa"),

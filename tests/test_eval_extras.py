@@ -47,7 +47,8 @@ def test_per_task_has_tool_error_share_and_answered_by_hand():
     from sleuth.agents.trajectory import Turn
 
     def episode(task_id, errors, answered):
-        turns = [Turn([1], [0.0], "x", error="bad" if bad else None) for bad in errors]
+        turns = [Turn([1], [0.0], "x", error="bad" if bad else None, tool_call=None if bad else {"name": "read"})
+                 for bad in errors]
         return Trajectory(task_id, "env", [], turns=turns, verdict=Verdict(0.0, {"f1": 0.5}),
                           terminated=answered, truncated=not answered)
 
@@ -55,7 +56,10 @@ def test_per_task_has_tool_error_share_and_answered_by_hand():
                     episode("b", [False], True), Trajectory("b", "env", [], error="env died")])
     # task a: error rates 1/4 and 2/2 → mean 0.625; answered 1 and 0 → 0.5; the failed run of b is left out
     assert out["a"]["tool_error_share"] == pytest.approx(0.625) and out["a"]["answered"] == 0.5
-    assert out["b"] == {"score": 0.0, "f1": 0.5, "tool_error_share": 0.0, "answered": 1.0}
+    # valid calls 3 and 0 → 1.5; valid share of the tries 3/4 and 0/2 → 0.375
+    assert out["a"]["tool_calls"] == 1.5 and out["a"]["valid_call_share"] == pytest.approx(0.375)
+    assert out["b"] == {"score": 0.0, "f1": 0.5, "tool_error_share": 0.0, "answered": 1.0, "tool_calls": 1.0,
+                        "valid_call_share": 1.0}
 
 
 def test_samples_resume_compare_and_report(tmp_path, capsys):

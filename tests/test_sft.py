@@ -18,7 +18,7 @@ from sleuth.tasks import LeakageError, check_texts, held_out_specs, load_tasks
 from sleuth.training.config import ConfigError
 from sleuth.training.losses import token_logprobs
 from sleuth.training.sft import SFTTrainer, load_sft_config, nll_numerator
-from sleuth.training.sft_data import accepted, chat_to_trajectory, score
+from sleuth.training.sft_data import accepted, replay_chats, score
 
 
 def _cfg(model, out, **over):
@@ -123,18 +123,16 @@ def test_packed_sft_step_gives_the_padded_loss(tiny_model_dir, tmp_path, hotpot_
 
 
 def test_chat_records_render_exactly_as_the_template(tokenizer):
-    from sleuth.agents.chat import ChatRenderer
-
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of France?"},
                 {"role": "assistant", "content": "read 3"}, {"role": "tool", "content": "[3] Paris\nParis is..."},
                 {"role": "assistant", "content": "answer: Paris"}]
-    traj = chat_to_trajectory(messages, ChatRenderer(tokenizer), "c0")
+    [traj] = replay_chats([{"id": "c0", "messages": messages}], tokenizer)
     full = tokenizer.apply_chat_template(messages, tokenize=False)
     assert tokenizer.decode(traj.token_ids()) == full.rstrip("\n")  # the final "\n" after <|im_end|> is absent
     policy = [tokenizer.decode([i]) for i, m in zip(traj.token_ids(), traj.loss_mask(), strict=True) if m]
     assert "".join(policy) == "read 3<|im_end|>answer: Paris<|im_end|>"
-    with pytest.raises(ValueError, match="at least one assistant"):
-        chat_to_trajectory([{"role": "user", "content": "hi"}], ChatRenderer(tokenizer), "c1")
+    with pytest.raises(ValueError, match="c1: needs a prompt message followed by at least one assistant"):
+        replay_chats([{"id": "c1", "messages": [{"role": "user", "content": "hi"}]}], tokenizer)
 
 
 def test_held_out_questions_never_reach_training_data(tiny_model_dir, tmp_path, hotpot_tasks):

@@ -24,7 +24,7 @@ def test_shipped_sft_configs_load(path):
     from sleuth.training.sft import load_sft_config
 
     cfg = load_sft_config(path)
-    assert cfg.data.source in ("oracle", "rejection") and cfg.data.tasks.endswith(":train")
+    assert cfg.data.source in ("oracle", "rejection", "tool_demos") and cfg.data.tasks.endswith(":train")
 
 
 def test_overrides_and_types():

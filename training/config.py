@@ -131,10 +131,10 @@ class EvalConfig:
     max_tokens: int = 64
 
 
-# Estimators whose advantage is one number per episode, from its outcome: the ones an agent run through the
-# gateway can train (it has no env events such as reads for a step reward), each segment of an episode
-# taking the episode's advantage.
-OUTCOME_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "none")
+# What an agent run through the gateway can train: the estimators whose advantage is one number per episode,
+# from its outcome (each segment of an episode takes the episode's), and information gain over the reads the
+# gateway recognises in the agent's tool results (`agents.gateway.reads`; episodes of one segment).
+AGENT_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "none", "info_gain")
 
 
 @dataclass
@@ -206,9 +206,9 @@ class TrainConfig:
             raise ValueError("cluster.backend: ray runs transformers rollout workers; rollout.engine vllm starts its "
                              "own servers (rollout.vllm_servers): use one or the other")
         if self.agent.enabled:
-            if self.algorithm.estimator not in OUTCOME_ESTIMATORS:
-                raise ValueError(f"an agent run has no env events for algorithm.estimator "
-                                 f"{self.algorithm.estimator!r}: use one of {', '.join(OUTCOME_ESTIMATORS)}")
+            if self.algorithm.estimator not in AGENT_ESTIMATORS:
+                raise ValueError(f"an agent run has no env state for algorithm.estimator "
+                                 f"{self.algorithm.estimator!r}: use one of {', '.join(AGENT_ESTIMATORS)}")
             if self.rollout.max_staleness > 0:
                 raise ValueError("an agent run samples each step's groups, then trains: rollout.max_staleness 0")
             for key, n in (("branches", self.rollout.branches), ("demo_branches", self.rollout.demo_branches)):

@@ -34,9 +34,9 @@ from sleuth.training.run import PROBE, RunDir, load_policy_model
 from sleuth.training.sft_data import (
     SOURCES,
     accepted,
-    chat_to_trajectory,
     read_chats,
     read_trajectories,
+    replay_chats,
     score,
 )
 from sleuth.training.update import all_max, all_sum
@@ -44,7 +44,7 @@ from sleuth.training.update import all_max, all_sum
 
 @dataclass
 class SFTDataConfig:
-    source: str = "oracle"  # oracle | rejection | trajectories | chat (see training.sft_data)
+    source: str = "oracle"  # oracle | rejection | trajectories | chat | tool_demos (see training.sft_data)
     # source oracle: a scripted policy (`SCRIPTED_POLICIES`): oracle (reads by number), oracle-title (the gold
     # by title), oracle-lexical (reads as the lexical baseline, answers the gold), or a plugin's
     demonstrator: str = "oracle"
@@ -137,7 +137,8 @@ class SFTTrainer:
             self.held_out = load_held_out(held_out_specs(d.tasks, d.held_out))
         except LeakageError as e:
             raise ConfigError(str(e)) from None
-        self.tasks = load_tasks(d.tasks, limit=d.task_limit) if d.source in ("oracle", "rejection") else []
+        self.tasks = (load_tasks(d.tasks, limit=d.task_limit) if d.source in ("oracle", "rejection", "tool_demos")
+                      else [])
         try:  # before any model loads; the data each round builds is checked again in `round_data`
             check_tasks(self.tasks, self.held_out, f"data.tasks {d.tasks}")
         except LeakageError as e:
@@ -258,10 +259,11 @@ class SFTTrainer:
     def _build(self, r: int) -> tuple[list[Trajectory], dict[str, float]]:
         d = self.cfg.data
         if d.source == "chat":
-            from sleuth.agents.chat import ChatRenderer
+            return replay_chats(read_chats(d.path), self.tokenizer), {}
+        if d.source == "tool_demos":
+            from sleuth.training.tool_demos import tool_demo
 
-            renderer = ChatRenderer(self.tokenizer)
-            return [chat_to_trajectory(m, renderer, i) for i, m in read_chats(d.path)], {}
+            return replay_chats([tool_demo(t, self.cfg.seed) for t in self.tasks], self.tokenizer), {}
         if d.source == "trajectories":
             everything = read_trajectories(d.path)
             kept = accepted(everything, d.min_score)

@@ -6,8 +6,12 @@ policy's turns; tool and env tokens never train):
 - `rejection`: k episodes per training task sampled from the current policy, kept when the verifier's score
   reaches `min_score` (expert iteration: a source that needs no stronger model);
 - `trajectories`: a JSONL of trajectories as `sleuth eval` / `sleuth train` write them, kept by score;
-- `chat`: chat-message records (`messages`, TRL's conversational layout) from a JSONL/JSON/Parquet file or
-  a saved `datasets` directory, rendered with the policy's chat template; every assistant message trains."""
+- `chat`: chat-message records (`messages`, and `tools` where assistant messages carry `tool_calls`: TRL's
+  conversational layout) from a JSONL/JSON/Parquet file or a saved `datasets` directory, replayed through the
+  gateway (`agents.gateway.replay`) so they are rendered exactly as an agent's calls will be; every assistant
+  message trains;
+- `tool_demos`: such records made from the training tasks by `training.tool_demos` (a scripted reader using
+  OpenAI tools whose names, prompts and answer format vary from task to task)."""
 
 from __future__ import annotations
 
@@ -16,10 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sleuth.agents.chat import ChatRenderer
-from sleuth.agents.trajectory import Trajectory, Turn
+from sleuth.agents.trajectory import Trajectory
 
-SOURCES = ("oracle", "rejection", "trajectories", "chat")
+SOURCES = ("oracle", "rejection", "trajectories", "chat", "tool_demos")
 
 
 def score(traj: Trajectory) -> float:
@@ -48,8 +51,9 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
     return out
 
 
-def read_chats(path: str | Path) -> list[tuple[str, list[dict[str, Any]]]]:
-    """(record id, messages) for every record of a chat data set."""
+def read_chats(path: str | Path) -> list[dict[str, Any]]:
+    """Every record of a chat data set as {"id", "messages", "tools"} (`tools`: None, or OpenAI tool
+    definitions, a list or its JSON text)."""
     import datasets
 
     p = Path(path)
@@ -63,33 +67,17 @@ def read_chats(path: str | Path) -> list[tuple[str, list[dict[str, Any]]]]:
     if "messages" not in ds.column_names:
         raise ValueError(f"{p}: chat records need a 'messages' column; found {ds.column_names}")
     ids = ds["id"] if "id" in ds.column_names else [f"chat-{i}" for i in range(len(ds))]
-    return [(str(i), list(m)) for i, m in zip(ids, ds["messages"], strict=True)]
+    tools = ds["tools"] if "tools" in ds.column_names else [None] * len(ds)
+    return [{"id": str(i), "messages": list(m), "tools": json.loads(t) if isinstance(t, str) else t}
+            for i, m, t in zip(ids, ds["messages"], tools, strict=True)]
 
 
-def chat_to_trajectory(messages: Sequence[dict[str, Any]], renderer: ChatRenderer, record_id: str) -> Trajectory:
-    """A trajectory whose turns are the record's assistant messages (content ids + the end-of-turn id, as a
-    policy would have sampled them) and whose observations are what the template puts between them."""
-    first = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), None)
-    if first is None or first == 0:
-        raise ValueError(f"chat record {record_id}: needs a prompt message followed by at least one assistant message")
-    tok = renderer.tokenizer
-    eos = tok.eos_token_id if isinstance(tok.eos_token_id, int) else tok.eos_token_id[0]
-    traj = Trajectory(record_id, "chat", renderer.prompt_ids(list(messages[:first])), group=record_id)
-    i = first
-    while i < len(messages):
-        content = messages[i].get("content")
-        if not isinstance(content, str):
-            raise ValueError(f"chat record {record_id}: message {i} has no text content")
-        ids = tok(content, add_special_tokens=False)["input_ids"] + [eos]
-        j = i + 1
-        while j < len(messages) and messages[j].get("role") != "assistant":
-            j += 1
-        turn = Turn(ids, [0.0] * len(ids), content)
-        if j < len(messages):  # what the template renders between this reply and the next one
-            between = [{"role": m["role"], "content": m["content"]} for m in messages[i + 1:j]]
-            turn.observation = "\n".join(m["content"] for m in between)
-            turn.observation_ids = renderer.observation_ids(between, ids)
-        traj.turns.append(turn)
-        i = j
-    traj.terminated, traj.stop_reason = True, "final"
-    return traj
+def replay_chats(records: Sequence[dict[str, Any]], tokenizer: Any) -> list[Trajectory]:
+    """Chat records as the gateway's trajectories (a record whose history is rewritten gives several)."""
+    from sleuth.agents.gateway.replay import ChatReplay
+
+    replay = ChatReplay(tokenizer)
+    try:
+        return [t for r in records for t in replay.trajectories(r["id"], r["messages"], r.get("tools"))]
+    finally:
+        replay.close()

@@ -43,9 +43,10 @@ def extractor(name: str) -> Callable[[str], str]:
         return _as_is
 
 
-def verdict(name: str, record: dict[str, Any], response: str, extract: bool = True) -> Verdict:
+def verdict(name: str, record: dict[str, Any], response: str, extract: bool = True, **context: Any) -> Verdict:
+    """`context`: the verifier's keyword context (`evidence`: the titles an agent was seen reading)."""
     text = extractor(name)(response) if extract else response
-    return get_verifier(name)(record, text)
+    return get_verifier(name)(record, text, **context)
 
 
 def score(name: str, record: dict[str, Any], response: str, extract: bool = True) -> float:

@@ -283,8 +283,8 @@ class Gateway:
 
 def _turn(p: _Pending) -> Turn:
     g = p.generation
-    return Turn(g.ids, g.logprobs, g.text, tool_call=p.reply.tool_call, policy_version=p.version,
-                finish_reason=g.finish_reason)
+    return Turn(g.ids, g.logprobs, g.text, tool_call=p.reply.tool_call, error=p.reply.error,
+                policy_version=p.version, finish_reason=g.finish_reason)
 
 
 def _cut_at_stop(g: Generation, stop: list[str], decode: Callable[[list[int]], str]) -> Generation:

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sleuth.envs.parsers import JSONParser, ToolCall
+from sleuth.envs.parsers import NO_CALL, JSONParser, ParseResult, ToolCall
 from sleuth.envs.tools import Tool
 
 _PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool_name", "description": "probe",
@@ -75,6 +75,9 @@ class Reply:
 
     message: dict[str, Any]
     tool_call: dict[str, Any] | None  # the first call, as a trajectory's turn records it
+    # the text tries to call a tool and fails (bad JSON, a tool not offered), or calls one with arguments its
+    # schema does not take (such calls still reach the agent: it runs its own tools)
+    error: str | None = None
 
 
 class ChatFormat:
@@ -87,6 +90,8 @@ class ChatFormat:
         self.renders_tools = "probe_tool_name" in self._render(user, [_PROBE_TOOL])
         called = [*user, {"role": "assistant", "content": "", "tool_calls": [_PROBE_CALL]}]
         self.renders_tool_calls = "probe_call_name" in self._render(called, None)
+        probe = self._render([*user, {"role": "assistant", "content": "probe_reply"}], None)
+        self._terminator = probe.partition("probe_reply")[2]  # what the template writes after a reply
 
     def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
         try:
@@ -105,10 +110,7 @@ class ChatFormat:
                              for i, n, a in m["tool_calls"]]
                     out.append({"role": "assistant", "content": m["content"], "tool_calls": calls})
                 else:
-                    text = "\n".join([m["content"]] * bool(m["content"]) +
-                                     [self.parser.render(ToolCall(n, a if isinstance(a, dict) else {}))
-                                      for _, n, a in m["tool_calls"]])
-                    out.append({"role": "assistant", "content": text})
+                    out.append({"role": "assistant", "content": self.assistant_text(m)})
             elif m["role"] == "tool" and self.renders_tool_calls:
                 out.append({"role": "tool", "content": m["content"], "tool_call_id": m.get("tool_call_id")})
             else:
@@ -121,6 +123,23 @@ class ChatFormat:
                 out.insert(0, {"role": "system", "content": instructions})
         return out
 
+    def assistant_text(self, message: dict[str, Any]) -> str:
+        """What the model writes for an assistant message (normalised): its content, then each tool call as
+        the template renders calls or, where it does not, in the JSON harness format. Demonstrations replayed
+        through the gateway (`replay_chat`) are these texts."""
+        if not message.get("tool_calls"):
+            return message["content"]
+        if not self.renders_tool_calls:
+            return "\n".join([message["content"]] * bool(message["content"]) +
+                             [self.parser.render(ToolCall(n, a if isinstance(a, dict) else {}))
+                              for _, n, a in message["tool_calls"]])
+        user = [{"role": "user", "content": "u"}]
+        before = self.tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
+        after = self.tokenizer.apply_chat_template([*user, *self.template_messages([message], None)], tokenize=False)
+        if not after.startswith(before):
+            raise MessageError("this chat template re-renders the conversation when an assistant message is added")
+        return after[len(before):].removesuffix(self._terminator)
+
     def template_tools(self, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
         return tools if tools and self.renders_tools else None
 
@@ -128,14 +147,26 @@ class ChatFormat:
         """The assistant message for `text`: with `tool_calls` when tools were offered and the text calls
         one (the text before the call is its content), else the text as content."""
         offered = _tools(tools)
-        calls = [c for c in self.parser.parse(text, offered).calls if c.name in offered] if offered else []
+        parsed = self.parser.parse(text, offered) if offered else None
+        calls = [c for c in parsed.calls if c.name in offered] if parsed else []
         if not calls:
-            return Reply({"role": "assistant", "content": text}, None)
+            return Reply({"role": "assistant", "content": text}, None, _call_error(parsed, offered))
         before = text.split("<tool_call>", 1)[0].strip() if "<tool_call>" in text else ""
         message = {"role": "assistant", "content": before or None, "tool_calls": [
             {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
              "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}} for c in calls]}
-        return Reply(message, calls[0].to_dict())
+        wrong = next((err for c in calls if (err := offered[c.name].check_arguments(c.arguments)[1])), None)
+        return Reply(message, calls[0].to_dict(), wrong)  # the agent gets its calls as written, whatever they are
+
+
+def _call_error(parsed: ParseResult | None, offered: dict[str, Tool]) -> str | None:
+    """Why a reply that tries to call a tool calls none; None for plain text (an answer) or no tools offered."""
+    if parsed is None or parsed.error == NO_CALL:
+        return None
+    if parsed.error:
+        return parsed.error
+    unknown = sorted({c.name for c in parsed.calls} - set(offered))
+    return f"no tool is named {', '.join(unknown)}; the tools are {', '.join(offered)}"
 
 
 def _tools(tools: list[dict[str, Any]] | None) -> dict[str, Tool]:
