@@ -67,23 +67,13 @@ def test_tool_demos_vary_what_an_agent_author_chooses_and_read_what_the_search_s
     assert len(trajs) == len(records) and all(t.segments == 1 for t in trajs)
 
 
-class OracleEngine:
-    """Test double for the engine: searches with the question, reads the task's first supporting title, then
-    answers (or, for one task, writes a broken call first)."""
+class ScriptedEngine:
+    """Test double for the engine: writes `text(request)` for each call, as canonical ids + end of turn."""
 
-    name, version, parallel_calls, max_context = "oracle", 1, 1, None
+    name, version, parallel_calls, max_context = "scripted", 1, 1, None
 
-    def __init__(self, tokenizer, broken_task=None):
-        self.tokenizer, self.broken_task = tokenizer, broken_task
-
-    def _text(self, request):
-        task, turn = request.task, request.turn
-        if task.id == self.broken_task and turn == 0:
-            return '<tool_call>\n{"name": "read", "arguments": {"title": </tool_call>'
-        turn -= task.id == self.broken_task
-        script = [json.dumps({"name": "search", "arguments": {"query": task.question}}),
-                  json.dumps({"name": "read", "arguments": {"title": task.payload["supporting"][0]}})]
-        return f"<tool_call>\n{script[turn]}\n</tool_call>" if turn < 2 else f"Answer: {task.answer}"
+    def __init__(self, tokenizer, text):
+        self.tokenizer, self._text = tokenizer, text
 
     def generate(self, requests, sampling):
         out = []
@@ -92,6 +82,24 @@ class OracleEngine:
             ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
             out.append(Generation(ids, [-0.5] * len(ids), text))
         return out
+
+
+class OracleEngine(ScriptedEngine):
+    """Searches with the question, reads the task's first supporting title, then answers (or, for one task,
+    writes a broken call first)."""
+
+    def __init__(self, tokenizer, broken_task=None):
+        super().__init__(tokenizer, self._script)
+        self.broken_task = broken_task
+
+    def _script(self, request):
+        task, turn = request.task, request.turn
+        if task.id == self.broken_task and turn == 0:
+            return '<tool_call>\n{"name": "read", "arguments": {"title": </tool_call>'
+        turn -= task.id == self.broken_task
+        script = [json.dumps({"name": "search", "arguments": {"query": task.question}}),
+                  json.dumps({"name": "read", "arguments": {"title": task.payload["supporting"][0]}})]
+        return f"<tool_call>\n{script[turn]}\n</tool_call>" if turn < 2 else f"Answer: {task.answer}"
 
 
 def test_an_unchanged_agents_reads_are_recognised_and_priced(hotpot_tasks, tokenizer):
@@ -117,6 +125,23 @@ def test_an_unchanged_agents_reads_are_recognised_and_priced(hotpot_tasks, token
     for t, r in zip(trajs, steps, strict=True):
         read_turn = next(i for i, turn in enumerate(t.turns) if turn.read)
         assert r[read_turn] == 0.5 and sum(r) == 0.5
+
+
+def test_the_numbered_agent_lists_opens_by_integer_and_its_reads_count(hotpot_tasks, tokenizer):
+    def script(request):
+        task = request.task
+        gold = next(i for i, d in enumerate(qa_docs(task).docs) if d.title == task.payload["supporting"][0])
+        calls = ['{"name": "list_paragraphs", "arguments": {}}',
+                 json.dumps({"name": "open_paragraph", "arguments": {"number": gold}})]
+        return f"<tool_call>\n{calls[request.turn]}\n</tool_call>" if request.turn < 2 else task.answer
+
+    gateway = Gateway(ScriptedEngine(tokenizer, script), SamplingParams(max_tokens=64))
+    with in_thread(create_app(gateway)) as url:
+        trajs = list(run_agent_episodes(load_agent("numbered_agent:run", str(EXAMPLES)), hotpot_tasks[:2], gateway,
+                                        url, "qa", concurrency=2))
+    s = summarise(trajs, 1.0, {})
+    assert s["n"] == 2 and s["score"] == 1.0 and s["tool_calls"] == 2.0 and s["valid_call_share"] == 1.0
+    assert s["mean_gold_reads"] == 1.0 and s["support_recall"] == 0.5
 
 
 def test_reads_are_documents_shown_in_full_not_titles_and_a_second_showing_is_a_reread(hotpot_tasks):
