@@ -119,7 +119,7 @@ run: setup
 	$(VENV)/bin/sleuth compare runs/main/musique-untrained runs/main/musique-trained --out runs/main/musique-before-after
 
 test: setup vllm verl verifiers
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # Benchmarks print ratios against the alternative a user would pick, measured side by side.
 bench: setup verifiers
