@@ -184,3 +184,42 @@ def test_a_reply_that_tries_a_call_and_fails_is_recorded_as_invalid_and_plain_te
     assert unknown.message["content"] and unknown.error == "no tool is named open; the tools are read"
     assert "not valid JSON" in fmt.reply("<tool_call>\n{name: read}\n</tool_call>", [READ]).error
     assert fmt.reply("<tool_call>{}</tool_call>", None).error is None  # no tools offered: text is text
+
+
+HERMES = """{%- if tools %}<|im_start|>system
+{% if messages[0].role == 'system' %}{{ messages[0].content }}
+{% endif %}<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools><|im_end|>
+{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'system' and tools %}
+{%- elif m.role == 'assistant' %}<|im_start|>assistant
+{% if m.content %}{{ m.content }}{% endif %}{% for c in m.tool_calls or [] %}<tool_call>
+{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments }}}
+</tool_call>{% endfor %}<|im_end|>
+{% else %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+
+
+def test_a_template_that_renders_tool_calls_trains_its_own_call_format():
+    from sleuth.agents.policies import load_tokenizer
+
+    tokenizer = load_tokenizer("smollm2")
+    tokenizer.chat_template = HERMES  # a Qwen/Hermes-style template: tools and calls rendered by the template
+    messages = [{"role": "system", "content": "Use the tools."}, {"role": "user", "content": "Capital of France?"},
+                {"role": "assistant", "content": None, "tool_calls": [_call("read", title="Paris")]},
+                {"role": "tool", "tool_call_id": "rec_read", "content": "Paris is the capital of France."},
+                {"role": "assistant", "content": "Answer: Paris"}]
+    fmt = ChatFormat(tokenizer)
+    assert fmt.renders_tools and fmt.renders_tool_calls
+    [traj] = replay_chats([{"id": "h0", "messages": messages, "tools": [READ]}], tokenizer)
+    full = tokenizer.apply_chat_template(fmt.template_messages([normalise(m) for m in messages], [READ]),
+                                         tools=[READ], tokenize=False)
+    assert tokenizer.decode(traj.token_ids()) == full.rstrip("\n")
+    assert "You can call these tools" not in full  # the template's own tool block, not the JSON harness's
+    trained = tokenizer.decode([i for i, m in zip(traj.token_ids(), traj.loss_mask(), strict=True) if m])
+    assert trained == ('<tool_call>\n{"name": "read", "arguments": {"title": "Paris"}}\n</tool_call><|im_end|>'
+                       "Answer: Paris<|im_end|>")
