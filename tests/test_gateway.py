@@ -273,3 +273,24 @@ def test_a_body_that_is_not_a_request_is_a_400_in_openais_shape(served):
         r = httpx.post(f"{url}/s/b/v1/chat/completions", content=body, headers={"content-type": "application/json"})
         assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text
     assert gw.end("b").calls == 0
+
+
+def test_what_openai_refuses_is_a_400_naming_the_field_and_a_huge_body_is_refused_before_tokenising(served):
+    import httpx
+
+    _, gw, url = served(["x"], max_context=512)
+    user = {"role": "user", "content": "hi"}
+    for body, field in (({"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role"),
+                        ({"messages": [user, {"role": "tool", "content": "r"}]}, "messages[1].tool_call_id"),
+                        ({"messages": [user], "n": 0}, "n must be an integer ≥ 1")):
+        r = httpx.post(f"{url}/s/b/v1/chat/completions", json=body)
+        assert r.status_code == 400 and field in r.json()["error"]["message"], r.text
+
+    def never(text):
+        raise AssertionError("a prompt that cannot fit was tokenised")
+
+    gw.renderer.encode = never
+    r = httpx.post(f"{url}/s/b/v1/chat/completions", json={"messages": [{"role": "user", "content": "x" * (4 << 20)}]},
+                   timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+    assert "refused without tokenising" in r.json()["error"]["message"] and gw.end("b").calls == 0

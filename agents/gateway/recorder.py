@@ -138,6 +138,11 @@ class Gateway:
         self._coalescers: dict[tuple, Coalescer] = {}
         self._lock = threading.Lock()
         self._opened = 0
+        # Characters one token can stand for at most (its longest vocabulary string: a byte-level token's string
+        # has a character per byte): messages with more characters than the context times this cannot fit, and
+        # are refused before tokenising them (30 MB of text takes ~30 s of CPU to tokenise).
+        self._max_chars = (None if policy.max_context is None
+                           else policy.max_context * max(len(t) for t in policy.tokenizer.get_vocab()))
 
     # -- sessions ---------------------------------------------------------------------------------------
     def begin(self, session: str, task: Task | None = None) -> None:
@@ -179,6 +184,10 @@ class Gateway:
         if self.fixed_sampling or sampling is None:
             asked = sampling.max_tokens if sampling is not None else self.defaults.max_tokens
             sampling = replace(self.defaults, max_tokens=min(asked, self.defaults.max_tokens))
+        chars = sum(len(m["content"]) + sum(len(json.dumps(a)) for _, _, a in m.get("tool_calls", [])) for m in norm)
+        if self._max_chars is not None and chars > self._max_chars:
+            raise ContextOverflow(f"the messages are {chars} characters, more than a context of "
+                                  f"{self.policy.max_context} tokens can hold: refused without tokenising them")
         tools_key = json.dumps(tools, sort_keys=True) if tools else ""
         s = self._session(session)
         with s.lock:

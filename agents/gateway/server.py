@@ -64,6 +64,20 @@ def _stop(body: dict[str, Any]) -> list[str]:
     return stop
 
 
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def _check_messages(messages: list[Any]) -> None:
+    """What OpenAI's API refuses with a 400 naming the field (sleuth's `Gateway` itself is lenient: replayed
+    demonstrations may have tool messages without ids)."""
+    for i, m in enumerate(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role not in ROLES:
+            raise MessageError(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {role!r}")
+        if role == "tool" and not isinstance(m.get("tool_call_id"), str):
+            raise MessageError(f"messages[{i}].tool_call_id is missing: a tool message answers a tool call by its id")
+
+
 def _tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
     tools = body.get("tools") or None
     if tools is not None and not isinstance(tools, list):
@@ -172,9 +186,10 @@ def create_app(gw: Gateway, api_key: str | None = None, out: str | Path | None =
         try:
             if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
                 raise MessageError("the body must be an object with a list of messages")
-            n = body.get("n") or 1
-            if isinstance(n, bool) or not isinstance(n, int):
-                raise MessageError(f"n must be an integer, got {n!r}")
+            _check_messages(body["messages"])
+            n = body.get("n", 1)
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise MessageError(f"n must be an integer ≥ 1, got {n!r}")
             call = functools.partial(gw.complete, session, body["messages"], _tools(body),
                                      sampling_of(body, gw.defaults), n, _stop(body))
             done = await anyio.to_thread.run_sync(call)
