@@ -184,10 +184,7 @@ class Gateway:
         if self.fixed_sampling or sampling is None:
             asked = sampling.max_tokens if sampling is not None else self.defaults.max_tokens
             sampling = replace(self.defaults, max_tokens=min(asked, self.defaults.max_tokens))
-        chars = sum(len(m["content"]) + sum(len(json.dumps(a)) for _, _, a in m.get("tool_calls", [])) for m in norm)
-        if self._max_chars is not None and chars > self._max_chars:
-            raise ContextOverflow(f"the messages are {chars} characters, more than a context of "
-                                  f"{self.policy.max_context} tokens can hold: refused without tokenising them")
+        self._check_length(norm)
         tools_key = json.dumps(tools, sort_keys=True) if tools else ""
         s = self._session(session)
         with s.lock:
@@ -228,6 +225,15 @@ class Gateway:
                 finish = "tool_calls" if reply.tool_call else ("length" if g.finish_reason == "length" else "stop")
                 out.append(Choice(reply.message, finish, g.ids, g.logprobs))
             return Completion(out, len(prompt), version)
+
+    def _check_length(self, norm: list[dict[str, Any]]) -> None:
+        """Refuse messages that cannot fit the context by their characters alone, before tokenising them."""
+        if self._max_chars is None:
+            return
+        chars = sum(len(m["content"]) + sum(len(json.dumps(a)) for _, _, a in m.get("tool_calls", [])) for m in norm)
+        if chars > self._max_chars:
+            raise ContextOverflow(f"the messages are {chars} characters, more than a context of "
+                                  f"{self.policy.max_context} tokens can hold: refused without tokenising them")
 
     def _extension(self, chain: _Chain | None, norm: list[dict[str, Any]], tools_key: str
                    ) -> tuple[_Pending, list[int]] | None:
