@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -181,42 +182,61 @@ def public_task(task: Task) -> dict[str, Any]:
 
 
 def run_agent_episodes(agent: AgentFn, tasks: Iterable[Task], gateway: Gateway, gateway_url: str, verifier: str,
-                       concurrency: int, samples: int = 1) -> Iterator[Trajectory]:
+                       concurrency: int, samples: int = 1, timeout_s: float | None = None) -> Iterator[Trajectory]:
     """Yield each episode's trajectories as soon as it ends (completion order; an episode's records together,
     in segment order). `concurrency` episodes run at once, each in a thread of its own (an `async def` agent
     in an event loop of its own there); sessions open in task order, so the gateway seeds them the same way
     every run. Every record of an episode carries its `episode` (the session), `segment` and `segments`
-    (how many records the episode has), and in `meta` its `calls`, `splits` and `agent_answer`."""
+    (how many records the episode has), and in `meta` its `calls`, `splits` and `agent_answer`. An episode
+    still running `timeout_s` after it began (a hung tool, an agent that never returns) is one failed record
+    (`timeout`, never scored); its session is cancelled and its thread left behind (a daemon)."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     VERIFIERS.get(verifier)  # an unknown name fails here, with the known ones, before any episode runs
     work = ((t, k) for t in tasks for k in range(samples))
-    finished: queue.SimpleQueue[list[Trajectory]] = queue.SimpleQueue()
-    running = 0
+    finished: queue.SimpleQueue[tuple[str, list[Trajectory]]] = queue.SimpleQueue()
+    running: dict[str, tuple[Task, float]] = {}  # session: its task and when it began
     while True:
-        while running < concurrency and (item := next(work, None)) is not None:
+        while len(running) < concurrency and (item := next(work, None)) is not None:
             task, k = item
             session = f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', task.id)}.{k}.{uuid.uuid4().hex[:8]}"
             gateway.begin(session, task)
             args = (agent, task, session, f"{gateway_url}/s/{session}/v1", gateway, verifier, finished)
             threading.Thread(target=_episode, args=args, daemon=True,  # a hung agent never blocks exit
                              name=f"sleuth-agent-{session}").start()
-            running += 1
-        if running == 0:
+            running[session] = (task, time.monotonic())
+        if not running:
             return
-        records = finished.get()
-        running -= 1
-        yield from records
+        first = min(t0 for _, t0 in running.values())
+        try:
+            session, records = finished.get(timeout=None if timeout_s is None
+                                             else max(0.0, first + timeout_s - time.monotonic()))
+        except queue.Empty:
+            yield from _expire(running, gateway, timeout_s or 0.0)
+            continue
+        if running.pop(session, None) is not None:  # else given up on already: what it sends now is dropped
+            yield from records
+
+
+def _expire(running: dict[str, tuple[Task, float]], gateway: Gateway, timeout_s: float) -> Iterator[Trajectory]:
+    """A failed record for each episode of `running` past its deadline, its session cancelled."""
+    now = time.monotonic()
+    for session, (task, t0) in list(running.items()):
+        if now - t0 >= timeout_s:
+            del running[session]
+            why = f"the episode ran past rollout.episode_timeout_s ({timeout_s:g} s)"
+            gateway.cancel(session, why)
+            yield _failed(task, session, "timeout", why)
 
 
 def _episode(agent: AgentFn, task: Task, session: str, base_url: str, gateway: Gateway, verifier: str,
-             finished: queue.SimpleQueue[list[Trajectory]]) -> None:
+             finished: queue.SimpleQueue[tuple[str, list[Trajectory]]]) -> None:
     """One episode, in its own thread; whatever happens, its records reach `finished`."""
     try:
         records = _records(agent, task, session, base_url, gateway, verifier)
     except BaseException as e:  # a fault of sleuth's own: still one failed record, so the run never waits
         records = [_failed(task, session, "gateway_error", f"{type(e).__name__}: {e}")]
-    finished.put(records)
+    finished.put((session, records))
 
 
 def _records(agent: AgentFn, task: Task, session: str, base_url: str, gateway: Gateway, verifier: str

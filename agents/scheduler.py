@@ -14,6 +14,7 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ import gymnasium
 
 from sleuth.agents.chat import ChatRenderer
 from sleuth.agents.policy import Generation, Request
+from sleuth.agents.steps import INLINE_WAIT_S, in_background
 from sleuth.agents.trajectory import ReadEvent, Trajectory, Turn
 from sleuth.tasks.base import Task
 from sleuth.verifiers.base import Verdict
@@ -118,6 +120,8 @@ class EpisodeScheduler:
         self.make_env, self.renderer, self.env_id = make_env, renderer, env_id
         self.concurrency, self.max_context, self.max_tokens, self.barrier = (
             concurrency, max_context, max_tokens, barrier)
+        # resets still running after INLINE_WAIT_S: their future, and (index, task, env, when it began)
+        self.resetting: dict[Future, tuple[int, Task | Branch, gymnasium.Env, float]] = {}
         self.feed = tasks if isinstance(tasks, TaskFeed) else TaskFeed(tasks)  # read lazily, as slots free
         self._ended = False
         self._admitted = 0
@@ -129,18 +133,18 @@ class EpisodeScheduler:
 
     @property
     def done(self) -> bool:
-        return self._ended and not (self._live or self.finished)
+        return self._ended and not (self._live or self.finished or self.resetting)
 
     @property
     def running(self) -> int:
-        return len(self._live)
+        return len(self._live) + len(self.resetting)
 
     def admit(self) -> None:
         """Reset envs for waiting tasks while there is room (between rounds only, under the barrier)."""
         if self.barrier and self.busy:
             return
-        while not self._ended and len(self._live) < self.concurrency:
-            got = self.feed.poll(self.concurrency - len(self._live))
+        while not self._ended and self.running < self.concurrency:
+            got = self.feed.poll(self.concurrency - self.running)
             if got is None:
                 self._ended = True
             for task in got or ():
@@ -149,23 +153,54 @@ class EpisodeScheduler:
                 return
 
     def _admit(self, item: Task | Branch) -> None:
+        """Reset an env for `item` on a thread of its own, waited for up to INLINE_WAIT_S (a reset that runs
+        longer goes on in the background: `poll_resets`)."""
         index, self._admitted = self._admitted, self._admitted + 1
         task = item.task if isinstance(item, Branch) else item
         env = self._idle_envs.pop() if self._idle_envs else self.make_env()
+        began = time.perf_counter()
+        resetting = in_background(lambda: env.reset(options={"task": task}))
+        wait([resetting], timeout=INLINE_WAIT_S)
+        if resetting.done():
+            self._start(index, item, env, resetting, began)
+        else:
+            self.resetting[resetting] = (index, item, env, began)
+
+    def poll_resets(self, timeout_s: float | None) -> None:
+        """Start the episodes whose background reset returned (in task order); fail as `timeout` those whose
+        reset is still running `timeout_s` after it began, their env closed."""
+        now = time.perf_counter()
+        for fut in sorted(self.resetting, key=lambda f: self.resetting[f][0]):
+            index, item, env, began = self.resetting[fut]
+            if fut.done():
+                del self.resetting[fut]
+                self._start(index, item, env, fut, began)
+            elif timeout_s is not None and now - began >= timeout_s:
+                del self.resetting[fut]
+                self._failed_start(item, env, "timeout", f"reset did not return within rollout.episode_timeout_s "
+                                                         f"({timeout_s:g} s); its env is closed")
+
+    def _failed_start(self, item: Task | Branch, env: gymnasium.Env, reason: str, error: str) -> None:
+        """An episode that never started: recorded, its env dropped (its state is unknown)."""
+        with contextlib.suppress(Exception):
+            env.close()
+        task = item.task if isinstance(item, Branch) else item
+        self.finished.append(Trajectory(task.id, self.env_id, [], error=error, stop_reason=reason,
+                                        group=(item.group if isinstance(item, Branch) else "") or task.id,
+                                        branch_at=item.at if isinstance(item, Branch) else 0))
+
+    def _start(self, index: int, item: Task | Branch, env: gymnasium.Env, reset: Future, began: float) -> None:
+        """The episode of `item` on its reset env (`reset`: the reset's future, done)."""
+        task = item.task if isinstance(item, Branch) else item
         try:
-            _, info = env.reset(options={"task": task})
+            _, info = reset.result()
             messages = list(info["messages"])
             if isinstance(item, Branch):
                 messages = self._replay(env, item, messages)
         except Exception as e:  # bad task data or a dead env server: record it, drop the env (its state is unknown)
-            with contextlib.suppress(Exception):
-                env.close()
             replay = isinstance(e, ReplayError)
-            self.finished.append(Trajectory(
-                task.id, self.env_id, [], error=f"{'replay' if replay else 'reset'} failed: {type(e).__name__}: {e}",
-                stop_reason="replay_error" if replay else "reset_error",
-                group=(item.group if isinstance(item, Branch) else "") or task.id,
-                branch_at=item.at if isinstance(item, Branch) else 0))
+            self._failed_start(item, env, "replay_error" if replay else "reset_error",
+                               f"{'replay' if replay else 'reset'} failed: {type(e).__name__}: {e}")
             return
         if isinstance(item, Branch):
             done = item.of.turns[:item.at]
@@ -175,7 +210,7 @@ class EpisodeScheduler:
         else:
             ids = self.renderer.prompt_ids(messages)
             traj = Trajectory(task_id=task.id, env_id=self.env_id, prompt_ids=ids, group=task.id)
-        ep = Episode(index, env, task, traj, list(ids), messages, info,
+        ep = Episode(index, env, task, traj, list(ids), messages, info, started=began,
                      first_turn=item.at if isinstance(item, Branch) else 0, legal_actions=info.get("legal_actions"))
         self._live[index] = ep
         if len(ids) + self.max_tokens > self.max_context:  # never sent: the engine could not take it
@@ -243,6 +278,16 @@ class EpisodeScheduler:
         self.busy -= 1
         self._fail(ep, "engine_error", f"engine failed: {type(error).__name__}: {error}")
 
+    def on_timeout(self, ep: Episode, timeout_s: float, gen: Generation | None = None, version: int = 0) -> None:
+        """`ep` ran past its deadline, stuck in its generation or (`gen`: the turn it generated, recorded with the
+        failure) in the env step after it: it fails, never scored."""
+        self.busy -= 1
+        error = f"the episode ran past rollout.episode_timeout_s ({timeout_s:g} s); its env is closed"
+        if gen is not None:
+            ep.traj.turns.append(Turn(gen.ids, gen.logprobs, gen.text, policy_version=version,
+                                      finish_reason=gen.finish_reason, error=error))
+        self._fail(ep, "timeout", error)
+
     def _fail(self, ep: Episode, reason: str, error: str | None) -> None:
         """End `ep` as failed for infrastructure reasons: no answer, so never scored; its env is dropped (its
         state is unknown)."""
@@ -258,7 +303,8 @@ class EpisodeScheduler:
 
     def close(self) -> None:
         """Close every env this run made (idle and, after an interruption, live)."""
-        for env in [*self._idle_envs, *(ep.env for ep in self._live.values())]:
+        resetting = [env for _, _, env, _ in self.resetting.values()]
+        for env in [*self._idle_envs, *(ep.env for ep in self._live.values()), *resetting]:
             with contextlib.suppress(Exception):
                 env.close()
         self._idle_envs.clear()

@@ -105,9 +105,10 @@ def test_staleness_bound_drops_and_counts_exactly_the_stale_groups(hotpot_tasks)
         s.close()
 
 
-def test_a_group_with_a_failed_episode_is_set_apart(hotpot_tasks):
+def test_a_group_with_a_failed_episode_is_set_apart_and_sampled_once_more(hotpot_tasks):
     """A task whose documents are gone fails at reset: its group comes back in `failed` (to be recorded and
-    counted), never in `trajs` (to be trained)."""
+    counted), never in `trajs` (to be trained); it is issued once more at once (an outage may have passed),
+    fails again, and that second try takes the group's place in the step."""
     from sleuth.tasks.base import Task
 
     good, cut = hotpot_tasks[0], Task(id="cut", question="q?", answer="a", payload={})
@@ -118,9 +119,11 @@ def test_a_group_with_a_failed_episode_is_set_apart(hotpot_tasks):
     try:
         first = s.take(2, version=0)
         assert [t.task_id for t in first.trajs] == [good.id] * 2 and first.stats.staleness == [0, 0]
-        assert [t.task_id for t in first.failed] == ["cut", "cut"]
+        assert [t.task_id for t in first.failed] == ["cut"] * 4 and first.reissued == 1
         assert all(t.failed and t.stop_reason == "reset_error" for t in first.failed)
-        assert len({t.group for t in first.failed}) == 1 and first.stats.dropped == 0
+        assert len({t.group for t in first.failed}) == 2 and first.stats.dropped == 0
+        second = s.take(2, version=0)  # the next step's tasks: two good groups, nothing re-issued
+        assert len(second.trajs) == 4 and second.failed == [] and second.reissued == 0
     finally:
         s.close()
 

@@ -20,8 +20,9 @@ from sleuth.training.config import AgentConfig
 
 
 class AgentRollouts:
-    def __init__(self, cfg: AgentConfig, policy: Policy, gate: WeightsGate, sampling: SamplingParams):
-        self.cfg = cfg
+    def __init__(self, cfg: AgentConfig, policy: Policy, gate: WeightsGate, sampling: SamplingParams,
+                 episode_timeout_s: float | None):
+        self.cfg, self.episode_timeout_s = cfg, episode_timeout_s
         self.agent = (load_agent(cfg.entrypoint, cfg.path) if cfg.entrypoint
                       else CommandAgent(cfg.command or "", cfg.path, cfg.timeout_s))
         self.gateway = Gateway(policy, sampling, gate, fixed_sampling=True)
@@ -31,7 +32,7 @@ class AgentRollouts:
     def round(self, tasks: list[Task], group_size: int) -> list[Trajectory]:
         """`group_size` episodes of each task, every segment of each (see `rewards.episodes.per_episode`)."""
         return list(run_agent_episodes(self.agent, tasks, self.gateway, self.url, self.cfg.verifier,
-                                       self.cfg.concurrency, samples=group_size))
+                                       self.cfg.concurrency, samples=group_size, timeout_s=self.episode_timeout_s))
 
     def close(self) -> None:
         self.gateway.close()

@@ -10,7 +10,9 @@ logprobs (`Turn.action_logprobs`) for the behaviour-policy correction (`loss.rol
 its staleness is the current version minus the oldest version of any of its turns; a group staler than
 `max_staleness` is dropped whole (a GRPO group is trained only complete) and counted. A group with a failed
 episode (`Trajectory.failed`) is handed back apart (`Taken.failed`), whatever its age: it never trains, and
-the trainer records it."""
+the trainer records it. Its task is issued once more at once, ahead of new tasks (`Taken.reissued`), and that
+group takes the failed one's place in the step, as the synchronous loop re-samples it: an outage of an env
+server that fails every episode in flight costs their groups one more try, not the run."""
 
 from __future__ import annotations
 
@@ -43,6 +45,13 @@ class Taken:
     trajs: list[Trajectory]  # the kept groups' trajectories, group after group
     stats: StreamStats
     failed: list[Trajectory] = field(default_factory=list)  # the groups with a failed episode, group after group
+    reissued: int = 0  # of those, groups whose task was issued once more (their second try is in this take or later)
+
+
+@dataclass
+class _Group:
+    trajs: list[Trajectory] = field(default_factory=list)
+    retry: bool = False  # the second try of a group that failed: not re-issued again
 
 
 def staleness(traj: Trajectory, version: int) -> int:
@@ -63,10 +72,15 @@ class _GroupFeed(TaskFeed):
                 return None
             if not self._pending and s.issued_steps - s.taken_steps < s.ahead:
                 for task in s.next_tasks():
-                    s.open.setdefault(task.id, deque()).append([])
+                    s.open.setdefault(task.id, deque()).append(_Group())
+                    s.tasks[task.id] = task
                     self._pending.extend([task] * s.group_size)
                 s.issued_steps += 1
             return [self._pending.popleft() for _ in range(min(n, len(self._pending)))]
+
+    def again(self, task: Task) -> None:
+        """Issue `task`'s group once more, ahead of what is pending (under the stream's lock)."""
+        self._pending.extendleft([task] * self.s.group_size)
 
     def wait(self, timeout_s: float) -> None:
         with self.s.cond:
@@ -76,35 +90,45 @@ class _GroupFeed(TaskFeed):
 class RolloutStream:
     def __init__(self, make_env: Callable[[], gymnasium.Env], next_tasks: Callable[[], list[Task]], policy: Policy,
                  sampling: SamplingParams, *, group_size: int, concurrency: int, max_staleness: int, env_id: str = "",
-                 env_workers: int = 0, gate: WeightsGate | None = None):
+                 env_workers: int = 0, gate: WeightsGate | None = None, episode_timeout_s: float | None = None):
         if max_staleness < 1:
             raise ValueError(f"a rollout stream needs max_staleness ≥ 1 (0 is the synchronous loop), "
                              f"got {max_staleness}")
         self.next_tasks, self.group_size, self.max_staleness = next_tasks, group_size, max_staleness
         self.ahead = max_staleness
         self.cond = threading.Condition()
-        self.open: dict[str, deque[list[Trajectory]]] = {}  # per task id, its groups being filled, oldest first
+        self.open: dict[str, deque[_Group]] = {}  # per task id, its groups being filled, oldest first
+        self.tasks: dict[str, Task] = {}  # every task issued, by id (to issue a failed group's again)
         self.ready: deque[list[Trajectory]] = deque()
+        self.failed_once: list[list[Trajectory]] = []  # failed groups whose task was issued again, not yet taken
+        self.feed = _GroupFeed(self)
         self.issued_steps, self.taken_steps, self.stopped, self._serial = 0, 0, False, 0
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._produce, name="sleuth-rollout-stream", daemon=True, args=(
-            make_env, policy, sampling, concurrency, env_id, env_workers, gate))
+            make_env, policy, sampling, concurrency, env_id, env_workers, gate, episode_timeout_s))
         self._thread.start()
 
-    def _produce(self, make_env, policy, sampling, concurrency, env_id, env_workers, gate) -> None:
+    def _produce(self, make_env, policy, sampling, concurrency, env_id, env_workers, gate, episode_timeout_s) -> None:
         try:
-            for traj in run_episodes(make_env, _GroupFeed(self), policy, sampling, concurrency, env_id,
-                                     env_workers=env_workers, gate=gate):
+            for traj in run_episodes(make_env, self.feed, policy, sampling, concurrency, env_id,
+                                     env_workers=env_workers, gate=gate, episode_timeout_s=episode_timeout_s):
                 with self.cond:
                     groups = self.open[traj.task_id]
-                    groups[0].append(traj)  # members of a task's groups are alike: the oldest open group fills first
-                    if len(groups[0]) == self.group_size:
-                        group = groups.popleft()
-                        for t in group:  # one label per group: the estimators group by it
-                            t.group = f"{t.task_id}#{self._serial}"
-                        self._serial += 1
-                        self.ready.append(group)
-                        self.cond.notify_all()
+                    group = groups[0]  # members of a task's groups are alike: the oldest open group fills first
+                    group.trajs.append(traj)
+                    if len(group.trajs) < self.group_size:
+                        continue
+                    groups.popleft()
+                    for t in group.trajs:  # one label per group: the estimators group by it
+                        t.group = f"{t.task_id}#{self._serial}"
+                    self._serial += 1
+                    if any(t.failed for t in group.trajs) and not group.retry:
+                        self.failed_once.append(group.trajs)
+                        groups.append(_Group(retry=True))
+                        self.feed.again(self.tasks[traj.task_id])
+                        continue
+                    self.ready.append(group.trajs)
+                    self.cond.notify_all()
         except BaseException as e:  # handed to the trainer at its next take
             with self.cond:
                 self.error = e
@@ -137,9 +161,12 @@ class RolloutStream:
                 kept += group
                 stale += ages
                 partial += sum(len({turn.policy_version for turn in t.turns}) > 1 for t in group)
+            reissued = len(self.failed_once)  # their second tries are in this take, or come in a later one
+            failed += [t for group in self.failed_once for t in group]
+            self.failed_once.clear()
             self.taken_steps += 1
             self.cond.notify_all()
-        return Taken(kept, StreamStats(dropped, stale, partial), failed)
+        return Taken(kept, StreamStats(dropped, stale, partial), failed, reissued)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop issuing tasks; the episodes in flight end on their own (the thread is a daemon)."""

@@ -30,7 +30,7 @@ def demo_points(make_env: Callable[[], gymnasium.Env], tasks: list[Task], demons
     """The demonstrator plays each of `tasks` (greedy); a branch group `TASK@label^demo` before the last turn of
     each of its episodes that ended on its own after two or more turns."""
     shown = list(run_episodes(make_env, tasks, demonstrator, SamplingParams(temperature=0.0), rc.concurrency,
-                              env_id=env_id, env_workers=rc.env_workers))
+                              env_id=env_id, env_workers=rc.env_workers, episode_timeout_s=rc.episode_timeout_s))
     by_id = {t.id: t for t in tasks}
     points = [Branch(b.of, b.task, b.at, group=f"{b.of.task_id}@{label}^demo") for b in branch_points(shown, by_id)]
     if not points and any(not t.failed for t in shown):  # not an infrastructure failure: the demonstrator's own
@@ -44,7 +44,7 @@ def run_branches(make_env: Callable[[], gymnasium.Env], points: list[Branch], co
     """`copies` continuations of each branch point by the policy; `key` names the option in the error of an env
     that replies otherwise on replay."""
     out = list(run_episodes(make_env, [p for p in points for _ in range(copies)], policy, sampling, rc.concurrency,
-                            env_id=env_id, env_workers=rc.env_workers))
+                            env_id=env_id, env_workers=rc.env_workers, episode_timeout_s=rc.episode_timeout_s))
     diverged = next((t for t in out if t.stop_reason == "replay_error"), None)
     if diverged is not None:
         raise ConfigError(f"rollout.{key}: {diverged.error}; env {env_id} needs rollout.{key}: 0")

@@ -57,6 +57,13 @@ class RolloutConfig:
     # behind (0: the synchronous loop, sample then train). Staler groups are dropped and counted.
     max_staleness: int = 0
     sync_timeout_s: float = 600.0  # a weight sync waits this long for generate calls in flight, then fails
+    # Wall clock per episode, reset to end (env steps, tool calls, sandboxes, a user's agent through the gateway):
+    # an episode still running then fails as `timeout` (never scored; its group re-sampled) and its env is closed.
+    # null: no limit. Raise it for envs whose episodes legitimately run long (SWE test suites).
+    episode_timeout_s: float | None = 1800.0
+    # Infrastructure failures in a row (env, engine, timeout; across steps) after which the run stops in one line
+    # naming the last one, to be resumed with --resume once the cause is fixed. 0: never stop for this.
+    max_consecutive_failures: int = 64
     zero_variance: str = "keep"  # keep | drop | dynamic (DAPO: sample more groups until the batch is full)
     # Answer branches (tree rollouts): every episode that ended on its own after two or more turns is continued
     # this many more times from the context before its last turn (the env replayed to that point), and the
@@ -93,6 +100,7 @@ class RolloutConfig:
                                 ("env_workers", self.env_workers, 0), ("kv_keep_mb", self.kv_keep_mb, 0),
                                 ("vllm_servers", self.vllm_servers, 1), ("max_staleness", self.max_staleness, 0),
                                 ("sync_timeout_s", self.sync_timeout_s, 0),
+                                ("max_consecutive_failures", self.max_consecutive_failures, 0),
                                 ("dynamic_max_rounds", self.dynamic_max_rounds, 1), ("branches", self.branches, 0),
                                 ("demo_branches", self.demo_branches, 0), ("demo_tasks", self.demo_tasks, 0),
                                 ("temperature", self.temperature, 0)):
@@ -103,6 +111,8 @@ class RolloutConfig:
                              "set demo_branches (the answers sampled from each start) or leave demo_tasks at 0")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
+        if self.episode_timeout_s is not None and not self.episode_timeout_s > 0:
+            raise ValueError(f"rollout.episode_timeout_s must be > 0 (or null: no limit), got {self.episode_timeout_s}")
 
 
 @dataclass

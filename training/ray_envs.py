@@ -23,6 +23,10 @@ import gymnasium
 from sleuth.training.cluster import ActorGone, ClusterConfig, ClusterError, connect, placement, through_restart
 
 RESTART_WAIT_S = 120.0  # how long a reset waits for a restarting env worker
+CLOSE_WAIT_S = 30.0  # how long closing a session waits for its worker (a session stuck in a step may never close)
+# Calls an env worker runs at once (a threaded actor): a session stuck in a step must not hold up the others,
+# nor the close that tears it down. Envs already step concurrently in `rollout.env_workers` threads.
+SESSION_THREADS = 32
 
 
 class EnvWorker:
@@ -78,7 +82,7 @@ class EnvPool:
                 strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=i)
                 self.actors.append(self.ray.remote(EnvWorker).options(
                     num_cpus=cluster.env_worker_cpus, max_restarts=cluster.max_restarts, max_task_retries=0,
-                    scheduling_strategy=strategy).remote(env_id, dict(env_args)))
+                    max_concurrency=SESSION_THREADS, scheduling_strategy=strategy).remote(env_id, dict(env_args)))
             self.pids = self.ray.get([a.pid.remote() for a in self.actors], timeout=start_timeout_s)
         except (GetTimeoutError, RayActorError) as e:
             self.close()
@@ -152,11 +156,11 @@ class RayEnv(gymnasium.Env):
                               "episode fails and is not scored") from None
 
     def close(self) -> None:
-        from ray.exceptions import RayActorError
+        from ray.exceptions import GetTimeoutError, RayActorError
 
         if self.sid is not None:
             try:
-                self.pool.ray.get(self.actor.close.remote(self.sid))
-            except (RayActorError, KeyError):
+                self.pool.ray.get(self.actor.close.remote(self.sid), timeout=CLOSE_WAIT_S)
+            except (RayActorError, KeyError, GetTimeoutError):
                 pass
             self.sid = None

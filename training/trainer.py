@@ -44,7 +44,7 @@ from sleuth.training.run import PROBE, RunDir, load_policy_model, load_reference
 from sleuth.training.sampler import TaskSampler
 from sleuth.training.step_metrics import StepPart, components, ranges, step_row, why_no_signal
 from sleuth.training.teacher_load import load_teacher
-from sleuth.training.update import PolicyUpdater, all_sum
+from sleuth.training.update import PolicyUpdater, all_max, all_sum
 
 T = TypeVar("T")
 NO_SIGNAL_ADVICE = ("raise rollout.group_size or rollout.temperature, add a step reward (algorithm.estimator: "
@@ -52,7 +52,8 @@ NO_SIGNAL_ADVICE = ("raise rollout.group_size or rollout.temperature, add a step
 
 
 class EpisodesFailedError(TrainingError):
-    """Every episode of a step failed for infrastructure reasons: there is nothing to train on."""
+    """Every episode of a step failed for infrastructure reasons, or `rollout.max_consecutive_failures` of them
+    failed in a row: the run stops rather than train on what is left."""
 
 
 class Trainer:
@@ -100,6 +101,8 @@ class Trainer:
             else None
         self.mismatch_warned = False
         self.no_signal_steps: list[int] = []
+        self.failure_streak = 0  # infrastructure failures in a row on this rank (a resumed run counts afresh)
+        self.last_failure: tuple[str, str] = ("", "")
         temperature = cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0
         mixing = None
         if self.estimator.mixing is not None:  # gear_mix: the trainer mixes its granularities per token
@@ -240,7 +243,20 @@ class Trainer:
         return row
 
     def _check_failures(self, step: int, seen: Sequence[Trajectory]) -> None:
-        """Stop the run (every rank alike) when every episode of the step, on every rank, failed."""
+        """Stop the run (every rank alike) when every episode of the step, on every rank, failed, or when a rank
+        has seen `rollout.max_consecutive_failures` infrastructure failures in a row (in completion order, across
+        steps)."""
+        for t in seen:
+            self.failure_streak = self.failure_streak + 1 if t.failed else 0
+            if t.failed:
+                self.last_failure = (t.stop_reason, (str(t.error or "").strip().splitlines() or [""])[0])
+        limit = self.cfg.rollout.max_consecutive_failures
+        if limit and all_max(float(self.failure_streak)) >= limit:
+            last = next((p["last"] for p in _gather({"last": self.last_failure if self.failure_streak >= limit
+                                                     else None}) if p["last"] is not None), ("", ""))
+            raise EpisodesFailedError(f"step {step}: {limit} episodes in a row failed for infrastructure reasons "
+                                      f"(rollout.max_consecutive_failures; the last: {last[0]}: {last[1]}); fix the "
+                                      "cause, then rerun with --resume to continue from the last checkpoint")
         failed = [t for t in seen if t.failed]
         if all_sum(len(seen) - len(failed)) > 0 or not all_sum(len(seen)):
             return
@@ -291,7 +307,8 @@ class Trainer:
 
         return RolloutStream(self.make_env, next_tasks,
                              self.rollout.policy, sampling, group_size=rc.group_size, concurrency=rc.concurrency,
-                             max_staleness=rc.max_staleness, env_id=cfg.env, env_workers=rc.env_workers, gate=self.gate)
+                             max_staleness=rc.max_staleness, env_id=cfg.env, env_workers=rc.env_workers, gate=self.gate,
+                             episode_timeout_s=rc.episode_timeout_s)
 
     def collect(self, step: int) -> Collected:
         """This rank's trajectories for the update and their advantages (`Collected`): groups without a
@@ -306,7 +323,7 @@ class Trainer:
             if self.stream is not None:
                 taken = self.stream.take(rc.tasks_per_step // self.world, self.rollout.policy.version)
                 trajs = taken.trajs + taken.failed
-                got.stream = taken.stats
+                got.stream, got.reissued = taken.stats, got.reissued + taken.reissued
             else:
                 chosen = self._draw(rc.tasks_per_step)
                 trajs = self._rollout_round(step, round_, chosen)
@@ -335,7 +352,7 @@ class Trainer:
         rc = self.cfg.rollout
         seed = (self.cfg.seed * 1_000_003 + self.rank) % (2**31)
         sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
-        return AgentRollouts(self.cfg.agent, self.rollout.policy, self.gate, sampling)
+        return AgentRollouts(self.cfg.agent, self.rollout.policy, self.gate, sampling, rc.episode_timeout_s)
 
     def _rollout_round(self, step: int, round_: int, chosen: list[Task], reissue: bool = False) -> list[Trajectory]:
         """A group of `rollout.group_size` episodes for each task of `chosen` (`reissue`: again, for the groups
@@ -350,7 +367,7 @@ class Trainer:
         tasks = [t for t in chosen for _ in range(rc.group_size)]
         sampling = self._sampling(step, round_, reissue * 7919)
         trajs = list(run_episodes(self.make_env, tasks, self.rollout.policy, sampling, rc.concurrency, env_id=cfg.env,
-                                  env_workers=rc.env_workers))
+                                  env_workers=rc.env_workers, episode_timeout_s=rc.episode_timeout_s))
         for t in trajs:
             t.group = f"{t.task_id}@{step}.{label}"
         return trajs

@@ -138,6 +138,7 @@ class Gateway:
         self._coalescers: dict[tuple, Coalescer] = {}
         self._lock = threading.Lock()
         self._opened = 0
+        self._cancelled: dict[str, str] = {}  # sessions given up on, and why: a late call is refused, not recorded
         # Characters one token can stand for at most (its longest vocabulary string: a byte-level token's string
         # has a character per byte): messages with more characters than the context times this cannot fit, and
         # are refused before tokenising them (30 MB of text takes ~30 s of CPU to tokenise).
@@ -164,8 +165,17 @@ class Gateway:
             return GatewayEpisode(session, s.task, s.segments, s.calls, s.splits, s.unused_choices, s.failed_calls,
                                   s.error)
 
+    def cancel(self, session: str, why: str) -> None:
+        """End `session` and drop what it recorded (its episode was given up on: `why`); its later calls are
+        refused with `why`, so an agent left running past its deadline records and generates nothing more."""
+        self.end(session)
+        with self._lock:
+            self._cancelled[session] = why
+
     def _session(self, session: str) -> _Session:
         with self._lock:
+            if session in self._cancelled:
+                raise MessageError(f"session {session!r} has ended: {self._cancelled[session]}")
             if session not in self._sessions:
                 self._sessions[session] = _Session(Task(id=session, question=""), self._opened)
                 self._opened += 1
