@@ -113,7 +113,8 @@ class EnvServer:
 
 def train_command(out: Path, model: str, url: str, steps: int) -> list[str]:
     sets = {"model": model, "cluster.backend": "ray", "cluster.rollout_workers": 2, "cluster.env_workers": 1,
-            "rollout.max_staleness": 1, "rollout.env_workers": 4, "env": "Remote-v0",
+            "cluster.worker_cpus": 0.5, "cluster.env_worker_cpus": 0.5,
+            "rollout.max_staleness": 1, "loss.rollout_is": "tis", "rollout.env_workers": 4, "env": "Remote-v0",
             "env_args": f"{{url: '{url}', harness: text, timeout: 120}}", "rollout.max_tokens": 32,
             "rollout.episode_timeout_s": 60, "checkpoint.every": 10, "checkpoint.keep": 2,
             "checkpoint.export_hf": False, "tensorboard": False}

@@ -83,10 +83,12 @@ def test_train_on_ray_survives_killed_workers(tiny_model_dir, tmp_path):
     assert not _workers() and not _workers("EnvWorker")  # the run's end takes its workers (and its Ray) down
 
 
-def test_a_restarted_worker_generates_with_the_current_weights(tiny_model_dir):
-    """Weights changed by the trainer reach both workers (verified); one worker is SIGKILLed; Ray restarts it
-    from the model on disk, and the next request it gets waits until the current weights are loaded and
-    verified: its greedy generation equals an in-process engine holding the new weights, not the old ones."""
+@pytest.mark.parametrize("transport", ["object_store", "collective"])
+def test_a_restarted_worker_generates_with_the_current_weights(tiny_model_dir, transport):
+    """Weights changed by the trainer reach both workers (verified; `collective`: broadcast over gloo in buckets);
+    one worker is SIGKILLed; Ray restarts it from the model on disk, and the next request it gets waits until
+    the current weights are loaded (`collective`: from its live peer) and verified: its greedy generation equals
+    an in-process engine holding the new weights, not the old ones."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -96,7 +98,8 @@ def test_a_restarted_worker_generates_with_the_current_weights(tiny_model_dir):
     from sleuth.training.ray_rollout import RayRollout
     from sleuth.training.run import PROBE
 
-    cfg = load_config(overrides={"cluster.backend": "ray", "cluster.rollout_workers": 2, "cluster.max_restarts": 1})
+    cfg = load_config(overrides={"cluster.backend": "ray", "cluster.rollout_workers": 2, "cluster.max_restarts": 1,
+                                 "update.sync_transport": transport, "update.sync_bucket_mb": 0.05})
     trained = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     with torch.no_grad():
         for p in trained.parameters():
@@ -104,9 +107,12 @@ def test_a_restarted_worker_generates_with_the_current_weights(tiny_model_dir):
     local = TransformersPolicy(tiny_model_dir, device="cpu", dtype=torch.float32)
     local.model.load_state_dict(trained.state_dict())
     probe = ChatRenderer(local.tokenizer).prompt_ids(PROBE)
-    rollout = RayRollout(cfg.rollout, cfg.cluster, tiny_model_dir, torch.float32, probe, cfg.update.sync_tolerance)
+    rollout = RayRollout(cfg.rollout, cfg.cluster, cfg.update, tiny_model_dir, torch.float32, probe)
     try:
-        assert rollout.sync(trained)["sync/max_logit_diff"] <= 1e-3
+        stats = rollout.sync(trained)
+        assert stats["sync/max_logit_diff"] <= 1e-3
+        if transport == "collective":  # the tiny model's ~0.4 MB in buckets of 0.05 MB
+            assert stats["sync/bytes_per_s"] > 0 and len(rollout.pool.collective.plan) >= 8
         victim = rollout.pool.handles[0]
         os.kill(victim.pid, signal.SIGKILL)
         sampling = SamplingParams(max_tokens=8, temperature=0.0)
@@ -148,7 +154,8 @@ def test_eval_on_ray_gives_the_local_results(tiny_model_dir, tmp_path):
     assert not _workers()
 
 
-def test_a_hung_worker_fails_the_sync_naming_it(tiny_model_dir):
+@pytest.mark.parametrize("transport", ["object_store", "collective"])
+def test_a_hung_worker_fails_the_sync_naming_it(tiny_model_dir, transport):
     """A worker that stops answering (SIGSTOP: alive, not dead, so Ray does not restart it) makes the weight
     sync fail after `rollout.sync_timeout_s` with `WeightSyncError` naming that worker — not hang."""
     import torch
@@ -160,10 +167,10 @@ def test_a_hung_worker_fails_the_sync_naming_it(tiny_model_dir):
     from sleuth.training.run import PROBE
 
     cfg = load_config(overrides={"cluster.backend": "ray", "cluster.rollout_workers": 2,
-                                 "rollout.sync_timeout_s": 5.0})
+                                 "rollout.sync_timeout_s": 5.0, "update.sync_transport": transport})
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     probe = ChatRenderer(AutoTokenizer.from_pretrained(tiny_model_dir)).prompt_ids(PROBE)
-    rollout = RayRollout(cfg.rollout, cfg.cluster, tiny_model_dir, torch.float32, probe, cfg.update.sync_tolerance)
+    rollout = RayRollout(cfg.rollout, cfg.cluster, cfg.update, tiny_model_dir, torch.float32, probe)
     hung = rollout.pool.handles[1]
     try:
         os.kill(hung.pid, signal.SIGSTOP)

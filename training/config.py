@@ -215,6 +215,9 @@ class TrainConfig:
         if self.cluster.backend == "ray" and self.rollout.engine != "transformers":
             raise ValueError("cluster.backend: ray runs transformers rollout workers; rollout.engine vllm starts its "
                              "own servers (rollout.vllm_servers): use one or the other")
+        if self.update.sync_transport == "collective" and self.cluster.backend != "ray":
+            raise ValueError("update.sync_transport: collective syncs Ray rollout workers: set cluster.backend: ray "
+                             "(the local engine shares the trainer's process; vLLM servers load a file)")
         if self.agent.enabled:
             if self.algorithm.estimator not in AGENT_ESTIMATORS:
                 raise ValueError(f"an agent run has no env state for algorithm.estimator "

@@ -277,15 +277,24 @@ def lora_merged_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def full_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The plain (merged, un-prefixed) weights of the trained model, as the base architecture names them:
-    what a rollout engine or `save_pretrained` needs. Call on every rank (ZeRO-3 gathers collectively)."""
+@contextlib.contextmanager
+def full_weights(module: torch.nn.Module) -> Iterator[dict[str, torch.Tensor]]:
+    """The plain (merged, un-prefixed) weights of the trained model, as the base architecture names them, valid
+    inside the block: the parameters themselves (detached, no copy) where they are whole, a merged copy of each
+    LoRA layer's weight. Enter on every rank (ZeRO-3 gathers collectively)."""
     from peft import PeftModel
 
     with full_parameters(module):
         if isinstance(module, PeftModel):  # LoRA folded into the base weights of the copy only
             base = module.get_base_model()
             merged = lora_merged_weights(base)
-            return {k.replace(".base_layer", ""): merged[k].detach() if k in merged else v.detach().clone()
-                    for k, v in base.state_dict().items() if "lora_" not in k}
-        return {k: v.detach().clone() for k, v in module.state_dict().items()}
+            yield {k.replace(".base_layer", ""): merged[k].detach() if k in merged else v.detach()
+                   for k, v in base.state_dict().items() if "lora_" not in k}
+        else:
+            yield {k: v.detach() for k, v in module.state_dict().items()}
+
+
+def full_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """`full_weights` as a copy of its own: what a rollout engine keeps or `save_pretrained` writes."""
+    with full_weights(module) as weights:
+        return {k: v.clone() for k, v in weights.items()}

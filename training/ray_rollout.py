@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,6 +30,23 @@ from sleuth.training.cluster import ActorGone, ClusterConfig, ClusterError, conn
 from sleuth.training.config import RolloutConfig
 from sleuth.training.engine import full_state_dict
 from sleuth.training.rollout import WeightSyncError, probe_logits
+from sleuth.training.update import UpdateConfig
+from sleuth.training.weight_stream import Bucket, join, receive, send
+
+if TYPE_CHECKING:
+    from sleuth.training.ray_collective import CollectiveSync
+
+
+@dataclass(frozen=True)
+class Link:
+    """One generation of the collective group, as its members need it (a Ray call's argument)."""
+
+    address: str
+    port: int
+    prefix: str
+    backend: str
+    timeout_s: float
+    plan: list[Bucket]
 
 
 class StaleWeights(RuntimeError):
@@ -65,6 +83,33 @@ class RolloutWorker:
         self.weights_id = weights_id
         self.policy.version += 1  # a new key for the KV states it keeps: those of the old weights are stale
         return os.getpid(), probe_logits(self.policy.model, probe_ids)
+
+    def receive_weights(self, link: Link, rank: int, world: int, weights_id: int,
+                        probe_ids: list[int]) -> tuple[int, torch.Tensor]:
+        """Receive weights `weights_id` from rank 0 of `link`'s group (as member `rank` of `world`); answer as
+        `load_weights` does."""
+        group = join(link.address, link.port, link.prefix, rank, world, link.backend, link.timeout_s)
+        try:
+            with torch.no_grad():
+                receive(group, self.policy.model.state_dict(), link.plan, self._link_device(link))
+        except (KeyError, ValueError) as e:
+            raise WeightSyncError(f"weights do not fit the rollout model: {e}") from None
+        finally:
+            group.shutdown()
+        self.weights_id = weights_id
+        self.policy.version += 1
+        return os.getpid(), probe_logits(self.policy.model, probe_ids)
+
+    def send_weights(self, link: Link, world: int) -> int:
+        """Broadcast the weights this worker holds as rank 0 of `link`'s group (to a restarted peer); the bytes."""
+        group = join(link.address, link.port, link.prefix, 0, world, link.backend, link.timeout_s)
+        try:
+            return send(group, self.policy.model.state_dict(), link.plan, self._link_device(link))
+        finally:
+            group.shutdown()
+
+    def _link_device(self, link: Link) -> torch.device:
+        return next(self.policy.model.parameters()).device if link.backend == "nccl" else torch.device("cpu")
 
     def generate(self, requests: list[Request], sampling: SamplingParams, weights_id: int) -> list[Generation]:
         if weights_id != self.weights_id:
@@ -147,6 +192,7 @@ class WorkerPool:
         self.weights_id = 0  # which weights the workers must hold to generate: 0 is the model on disk
         self.state_ref: Any = None  # the current weights in the object store (None: the model on disk)
         self.expected: torch.Tensor | None = None  # the trainer's probe logits for them
+        self.collective: CollectiveSync | None = None  # the collective transport, where the config asks for it
         self._lock = threading.Lock()
         self.handles: list[WorkerHandle] = []
         try:
@@ -191,6 +237,9 @@ class WorkerPool:
         """The current weights into one worker (after a restart); its pid and probe logits back."""
         from ray.exceptions import GetTimeoutError
 
+        if self.collective is not None and self.weights_id:
+            return self.collective.recover(handle)
+
         ref = handle.actor.load_weights.remote(self.state_ref, self.weights_id, self.probe_ids)
         try:
             return self.ray.get(ref, timeout=self.timeout_s)
@@ -222,22 +271,35 @@ class WorkerPool:
 
 
 class RayRollout:
-    """The `RolloutEngine` of `cluster.backend: ray`: a `WorkerPool` and the verified weight sync."""
+    """The `RolloutEngine` of `cluster.backend: ray`: a `WorkerPool` and the verified weight sync, through the object
+    store or a collective group (`update.sync_transport`)."""
 
-    def __init__(self, rc: RolloutConfig, cluster: ClusterConfig, model_path: str, dtype: torch.dtype,
-                 probe_ids: list[int], tolerance: float, world: int = 1):
+    def __init__(self, rc: RolloutConfig, cluster: ClusterConfig, update: UpdateConfig, model_path: str,
+                 dtype: torch.dtype, probe_ids: list[int], world: int = 1):
         import ray
 
         if world > 1 and cluster.address is None and not ray.is_initialized():  # a TrainRank actor is in Ray
             raise ClusterError("several training ranks share one Ray cluster: start it (`ray start --head`) and set "
                                "cluster.address: auto")
         self.pool = WorkerPool(cluster, model_path, dtype, rc.concurrency, rc.kv_keep_mb, rc.sync_timeout_s,
-                               tolerance, probe_ids)
+                               update.sync_tolerance, probe_ids)
+        if update.sync_transport == "collective":
+            from sleuth.training.ray_collective import CollectiveSync
+
+            # one rank, synchronous: the trainer's weights do not move during rollouts, so it may resend them
+            self.pool.collective = CollectiveSync(self.pool, update.sync_bucket_mb,
+                                                  trainer_is_source=world == 1 and rc.max_staleness == 0)
         self.policy = self.pool.policy
 
     def sync(self, module: torch.nn.Module) -> dict[str, float]:
         """The trainer's weights to every live worker, verified; a worker that died since the last call is
         found here too (its pid changed, or it dies during the load) and counted."""
+        pool = self.pool
+        stats = pool.collective.sync(module) if pool.collective is not None else self._through_object_store(module)
+        self.policy.version += 1
+        return {**stats, "cluster/restarts": float(pool.restarts), "cluster/live_workers": float(pool.live())}
+
+    def _through_object_store(self, module: torch.nn.Module) -> dict[str, float]:
         from ray.exceptions import RayActorError
 
         pool = self.pool
@@ -255,7 +317,6 @@ class RayRollout:
             names = ", ".join(refs[r].name for r in waiting)
             raise WeightSyncError(f"weight sync timed out after {pool.timeout_s:.0f} s waiting for {names} "
                                   "(rollout.sync_timeout_s)")
-        self.policy.version += 1
         diffs = []
         for ref in ready:
             handle = refs[ref]
@@ -263,8 +324,7 @@ class RayRollout:
                 diffs.append(handle.loaded(*pool.ray.get(ref)))
             except RayActorError:  # died during the sync: its next call waits for the restart and loads then
                 pass
-        return {"sync/max_logit_diff": max(diffs, default=0.0), "cluster/restarts": float(pool.restarts),
-                "cluster/live_workers": float(pool.live())}
+        return {"sync/max_logit_diff": max(diffs, default=0.0)}
 
     def close(self) -> None:
         self.pool.close()

@@ -29,7 +29,7 @@ def make_rollout(rollout: RolloutConfig, cluster: ClusterConfig, update: UpdateC
     if cluster.backend == "ray":
         from sleuth.training.ray_rollout import RayRollout
 
-        return RayRollout(rollout, cluster, model_path, dtype, probe_ids, update.sync_tolerance, world)
+        return RayRollout(rollout, cluster, update, model_path, dtype, probe_ids, world)
     return TransformersRollout(model_path, str(device()), dtype, probe_ids, update.sync_tolerance,
                                max_batch=rollout.concurrency, kv_keep_mb=rollout.kv_keep_mb)
 

@@ -62,8 +62,17 @@ class UpdateConfig:
     old_logprobs: str = "recompute"
     sync_tolerance: float = 1e-3  # max |Δ logit| between trainer and the transformers engine after a sync
     sync_tolerance_vllm: float = 0.02  # max |Δ logprob| (top-5 of a probe) for vLLM: other kernels, same weights
+    # How the weights reach Ray rollout workers: object_store (one copy in Ray's object store, shared memory on
+    # one node) or collective (a gloo / NCCL group with the workers, broadcast in buckets: no second copy, no
+    # shared store; for workers on other nodes). docs/scale.md.
+    sync_transport: str = "object_store"
+    sync_bucket_mb: float = 256.0  # collective: bytes per broadcast (each side holds one bucket extra)
 
     def __post_init__(self) -> None:
+        if self.sync_transport not in ("object_store", "collective"):
+            raise ValueError(f"update.sync_transport must be object_store or collective; got {self.sync_transport!r}")
+        if not self.sync_bucket_mb > 0:
+            raise ValueError(f"update.sync_bucket_mb must be > 0, got {self.sync_bucket_mb}")
         if self.old_logprobs not in OLD_LOGPROBS:
             raise ValueError(f"update.old_logprobs must be one of {', '.join(OLD_LOGPROBS)}; got {self.old_logprobs!r}")
         if self.epochs < 1 or self.mini_batches < 1:

@@ -1,0 +1,62 @@
+"""Weights over the network (`training/weight_stream.py`): the bucket plan by hand, and a real gloo group between
+two processes broadcasting a model's weights bucket by bucket into another copy, exactly."""
+
+import multiprocessing as mp
+
+import pytest
+import torch
+
+from sleuth.training.weight_stream import Rendezvous, Slot, bucket_plan, join, plan_bytes, receive, send
+
+
+def test_the_bucket_plan_packs_in_order_by_dtype_and_size():
+    tensors = {"a": torch.zeros(3), "b": torch.zeros(2, 2), "c": torch.zeros(10),
+               "d": torch.zeros(2, dtype=torch.int64), "e": torch.zeros(1)}
+    plan = bucket_plan(tensors, bucket_bytes=32)  # 8 float32 elements a bucket
+    assert [b.dtype for b in plan] == ["float32", "float32", "int64", "float32"]
+    assert plan[0].slots == (Slot("a", (3,), 0), Slot("b", (2, 2), 3))  # 12 + 16 = 28 B ≤ 32
+    assert plan[1].slots == (Slot("c", (10,), 0),)  # 40 B: a bucket of its own, larger than the limit
+    assert plan[2].slots == (Slot("d", (2,), 0),)  # another dtype starts a bucket
+    assert plan[3].slots == (Slot("e", (1,), 0),)
+    assert [b.numel for b in plan] == [7, 10, 2, 1] and plan_bytes(plan) == 7 * 4 + 40 + 16 + 4
+    with pytest.raises(ValueError, match="at least one byte"):
+        bucket_plan(tensors, 0)
+
+
+def _receiver(port, prefix, plan, state, out):
+    torch.manual_seed(1)
+    mine = {k: torch.randn_like(v) for k, v in state.items()}
+    group = join("127.0.0.1", port, prefix, 1, 2, "gloo", 30.0)
+    receive(group, mine, plan, torch.device("cpu"))
+    group.shutdown()
+    out.put({k: v.clone() for k, v in mine.items()})
+
+
+def test_a_gloo_broadcast_between_processes_fills_the_other_copy_exactly_bucket_by_bucket():
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.for_model("llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                               num_attention_heads=4, num_key_value_heads=2, vocab_size=128)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg)
+    state = {k: v.detach() for k, v in model.state_dict().items()}
+    plan = bucket_plan(state, bucket_bytes=4096)
+    assert len(plan) > 5  # several buckets, so the offsets matter
+    rdv = Rendezvous("127.0.0.1", 30.0)
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    prefix = rdv.next_prefix()
+    proc = ctx.Process(target=_receiver, args=(rdv.port, prefix, plan, {k: v.clone() for k, v in state.items()}, out))
+    proc.start()
+    group = join("127.0.0.1", rdv.port, prefix, 0, 2, "gloo", 30.0, store=rdv.store)
+    sent = send(group, state, plan, torch.device("cpu"))
+    group.shutdown()
+    got = out.get(timeout=60)
+    proc.join(30)
+    assert sent == plan_bytes(plan) == sum(v.numel() * v.element_size() for v in state.values())
+    assert got.keys() == state.keys() and all(torch.equal(got[k], state[k]) for k in state)
+
+
+def test_a_plan_that_does_not_fit_the_receiving_model_is_refused_by_name():
+    with pytest.raises(KeyError, match="lm_head.weight"):
+        receive(None, {"x": torch.zeros(2)}, bucket_plan({"lm_head.weight": torch.zeros(2)}, 64), torch.device("cpu"))
