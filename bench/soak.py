@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +38,7 @@ import time
 from pathlib import Path
 
 from common import cpu_name
+from soak_report import failure_reasons
 
 from sleuth.cli_args import bounded
 from sleuth.net import free_port, wait_healthy
@@ -57,8 +59,22 @@ def processes() -> dict[int, tuple[int, str]]:
         except OSError:  # it ended meanwhile
             continue
         ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        out[int(d.name)] = (ppid, cmd.split(" ")[0] if cmd.startswith("ray::") else " ".join(cmd.split(" ")[:4]))
+        out[int(d.name)] = (ppid, short_name(cmd))
     return out
+
+
+def short_name(cmd: str) -> str:
+    """A process's name for the report: a Ray actor's title, `python -m MODULE ARG`, a script's or program's name."""
+    words = cmd.split(" ")
+    if words[0].startswith("ray::"):
+        return words[0].split(".")[0]  # ray::RolloutWorker.generate while it generates: the actor
+    if Path(words[0]).name.startswith("python"):
+        words = words[1:]
+        while words and words[0] in ("-u", "-B"):
+            words = words[1:]
+        if words and words[0] == "-m":
+            return " ".join(words[1:3])
+    return Path(words[0]).name if words else cmd
 
 
 def descendants(roots: list[int], table: dict[int, tuple[int, str]]) -> list[int]:
@@ -116,7 +132,7 @@ def train_command(out: Path, model: str, url: str, steps: int) -> list[str]:
             "cluster.worker_cpus": 0.5, "cluster.env_worker_cpus": 0.5,
             "rollout.max_staleness": 1, "loss.rollout_is": "tis", "rollout.env_workers": 4, "env": "Remote-v0",
             "env_args": f"{{url: '{url}', harness: text, timeout: 120}}", "rollout.max_tokens": 32,
-            "rollout.episode_timeout_s": 60, "checkpoint.every": 10, "checkpoint.keep": 2,
+            "rollout.episode_timeout_s": 120, "checkpoint.every": 5, "checkpoint.keep": 2,
             "checkpoint.export_hf": False, "tensorboard": False}
     args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     return [sys.executable, "-m", "sleuth.cli", "train", "--config", str(ROOT / "configs" / "docread_quick.yaml"),
@@ -197,6 +213,9 @@ def main() -> int:
         rc = train.wait(timeout=600)
         for r in rows(run / "metrics.jsonl"):
             step_times.setdefault(r["step"], round(time.time() - t0, 1))
+        # what the soak's run recorded, before the resume rewrites the steps after its last checkpoint
+        shutil.copy(run / "metrics.jsonl", a.out / "metrics_soak.jsonl")
+        (a.out / "failures_soak.json").write_text(json.dumps(failure_reasons(run)))
         resumed = subprocess.run(train_command(run, a.model, server.url, max(step_times, default=0) + 1)
                                  + ["--resume"], capture_output=True, text=True, timeout=1800)
     finally:

@@ -25,13 +25,16 @@ def failure_reasons(run: Path) -> Counter:
 
 
 def slopes(mem: list[dict], warmup_s: float, span_s: float) -> list[dict[str, Any]]:
-    """Per process: its resident memory's least-squares slope (MB/h) after warm-up, and whether it lived long
-    enough after warm-up (half the rest of the run) to be judged."""
+    """Per process: its resident memory's least-squares slope (MB/h) after its warm-up (`warmup_s` from the run's
+    start, or from its own first sample for a process started later: a restarted worker), and whether it lived long
+    enough after that (half the rest of the run) to be judged."""
     by_pid: dict[int, list[tuple[float, float]]] = defaultdict(list)
     names: dict[int, str] = {}
+    born: dict[int, float] = {}
     for m in mem:
         names[m["pid"]] = m["name"]
-        if m["t"] >= warmup_s:
+        born.setdefault(m["pid"], m["t"])
+        if m["t"] >= max(warmup_s, born[m["pid"]] + warmup_s):
             by_pid[m["pid"]].append((m["t"], m["rss_mb"]))
     out = []
     for pid, pts in by_pid.items():
@@ -73,21 +76,22 @@ def judge(a: Any, run: Path, rc: int, ended_early: bool, resumed: Any, step_time
           span_s: float, cpu: str) -> bool:
     out = a.out
     mem, faults = _jsonl(out / "memory.jsonl"), _jsonl(out / "faults.jsonl")
-    metrics = _jsonl(run / "metrics.jsonl")
+    metrics = _jsonl(out / "metrics_soak.jsonl")  # the soak's run, before the resume
     steps = [r["step"] for r in metrics]
+    resumed_rows = _jsonl(run / "metrics.jsonl")
     n = max(step_times, default=0)
     problems = []
     if ended_early:
         problems.append(f"the training process ended on its own (rc {rc}) before the soak's end: see train.log")
     if not steps or steps != list(range(1, len(steps) + 1)):
         problems.append(f"steps are not 1..N without a gap: {steps[:5]}…{steps[-5:]}")
-    if resumed.returncode != 0 or (steps and steps[-1] != n + 1):
+    if resumed.returncode != 0 or not resumed_rows or resumed_rows[-1]["step"] != n + 1:
         problems.append(f"the resume did not train step {n + 1} (rc {resumed.returncode}): "
                         f"{resumed.stderr.strip().splitlines()[-1:] or ''}")
     last = metrics[-1] if metrics else {}
     kinds = Counter(f["kind"] for f in faults)
     killed = Counter(f["kind"] for f in faults if f["pid"] is not None)
-    reasons = failure_reasons(run)
+    reasons = Counter(json.loads((out / "failures_soak.json").read_text()))
     counted = {"rollout_kill": last.get("cluster/restarts", 0) >= killed["rollout_kill"],
                "env_worker_kill": last.get("cluster/env_restarts", 0) >= killed["env_worker_kill"],
                "env_hang": reasons["timeout"] >= len(list((out / "faults").glob("hung.*"))),

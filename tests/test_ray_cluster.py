@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+from procs import Watched
 
 from sleuth.training.cluster import ClusterConfig
 from sleuth.training.config import ConfigError, load_config
@@ -25,8 +26,10 @@ def test_cluster_config_is_checked():
         ClusterConfig(rollout_workers=2)
     with pytest.raises(ValueError, match="cluster.max_restarts must be ≥ 0"):
         ClusterConfig(backend="ray", max_restarts=-1)
-    with pytest.raises(ConfigError, match="rollout.engine vllm"):
-        load_config(overrides={"cluster.backend": "ray", "rollout.engine": "vllm"})
+    with pytest.raises(ConfigError, match="places its own vLLM engines"):
+        load_config(overrides={"cluster.backend": "ray", "rollout.engine": "vllm", "rollout.vllm_url": "http://x:1"})
+    with pytest.raises(ConfigError, match="sync_transport: collective syncs Ray rollout workers"):
+        load_config(overrides={"update.sync_transport": "collective"})
 
 
 def _args(tiny_model_dir, out, steps):
@@ -36,11 +39,6 @@ def _args(tiny_model_dir, out, steps):
             "--set", "loss.entropy_coef=0.01", "--set", "engine.lr=1e-3", "--set", "rollout.temperature=0.7",
             "--set", "cluster.backend=ray", "--set", "cluster.rollout_workers=2", "--set", "cluster.worker_cpus=0.5",
             "--set", "cluster.env_workers=1", "--set", "cluster.env_worker_cpus=0.5", "--set", "rollout.env_workers=2"]
-
-
-def _workers(kind: str = "RolloutWorker") -> list[int]:
-    out = subprocess.run(["pgrep", "-f", f"ray::{kind}"], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
 
 
 def test_train_on_ray_survives_killed_workers(tiny_model_dir, tmp_path):
@@ -55,22 +53,21 @@ def test_train_on_ray_survives_killed_workers(tiny_model_dir, tmp_path):
     # the kill lands while step 2 runs or before it starts: either way the worker is found dead (a call fails or
     # its pid changed at the next sync) and counted
     teacher = ["--set", "algorithm.distill.teacher=self", "--set", "algorithm.distill.teacher_context=answer"]
-    proc = subprocess.Popen([sys.executable, "-m", "sleuth.cli", *_args(tiny_model_dir, out, 3), *teacher], cwd=root,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run = Watched([sys.executable, "-m", "sleuth.cli", *_args(tiny_model_dir, out, 3), *teacher], tmp_path / "log",
+                  cwd=root, env=env)
     metrics = out / "metrics.jsonl"
     killed = None
     deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
+    while time.time() < deadline and run.proc.poll() is None:
         if metrics.exists() and metrics.read_text().strip():
-            pids, envs = _workers(), _workers("EnvWorker")
+            pids, envs = run.look("ray::RolloutWorker"), run.look("ray::EnvWorker")
             if len(pids) == 2 and len(envs) == 1:
                 killed = pids[0]
                 os.kill(killed, signal.SIGKILL)
                 os.kill(envs[0], signal.SIGKILL)
                 break
         time.sleep(0.2)
-    output, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, output[-3000:]
+    assert run.wait(600) == 0, run.output()[-3000:]
     assert killed is not None, "the first step never finished with two workers up"
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
@@ -80,7 +77,7 @@ def test_train_on_ray_survives_killed_workers(tiny_model_dir, tmp_path):
     assert all(r["sync/max_logit_diff"] <= 1e-3 for r in rows)
     assert rows[0]["cluster/restarts"] == 0
     assert all(r["distill/signal_share"] == 1.0 and r["distill/reverse_kl"] != 0 for r in rows)  # the Ray episodes
-    assert not _workers() and not _workers("EnvWorker")  # the run's end takes its workers (and its Ray) down
+    assert not run.left()  # the run's end takes its workers (and its Ray) down
 
 
 @pytest.mark.parametrize("transport", ["object_store", "collective"])
@@ -144,14 +141,14 @@ def test_eval_on_ray_gives_the_local_results(tiny_model_dir, tmp_path):
               "--max-tokens", "8", "--policy", str(tiny_model_dir)]
     runs = {}
     for name, extra in (("local", []), ("ray", ["--cluster", "ray", "--rollout-workers", "2"])):
-        done = subprocess.run([sys.executable, "-m", "sleuth.cli", *common, "--out", str(tmp_path / name), *extra],
-                              cwd=root, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
+        done = Watched([sys.executable, "-m", "sleuth.cli", *common, "--out", str(tmp_path / name), *extra],
+                       tmp_path / f"{name}.log", cwd=root, env=env)
+        assert done.wait(600) == 0, done.output()[-3000:]
+        assert not done.left()
         runs[name] = {t.task_id: t for t in load_trajectories(tmp_path / name / "trajectories.jsonl")}
     assert set(runs["ray"]) == set(runs["local"]) and len(runs["ray"]) == 6
     for task_id, t in runs["local"].items():
         assert runs["ray"][task_id].token_ids() == t.token_ids()
-    assert not _workers()
 
 
 @pytest.mark.parametrize("transport", ["object_store", "collective"])
@@ -191,17 +188,15 @@ def test_a_killed_trainer_resumes_on_ray(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "sleuth.cli", *_args(tiny_model_dir, out, 3)]
-    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = Watched(cmd, tmp_path / "log", cwd=root, env=env)
     deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None and not (out / "checkpoints" / "latest").exists():
+    while time.time() < deadline and run.proc.poll() is None and not (out / "checkpoints" / "latest").exists():
+        run.look()
         time.sleep(0.2)
-    assert proc.poll() is None, "the run ended before its first checkpoint"
-    proc.kill()
-    proc.wait()
-    gone = time.time() + 30
-    while _workers() and time.time() < gone:
-        time.sleep(0.5)
-    assert not _workers()
+    assert run.proc.poll() is None and run.look("ray::RolloutWorker"), "the run ended before its first checkpoint"
+    run.proc.kill()
+    run.proc.wait()
+    assert not run.left()
     done = subprocess.run([*cmd, "--resume"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "resumed" in done.stdout + done.stderr
@@ -222,18 +217,18 @@ def test_train_ranks_as_ray_actors_and_a_dead_rank(tiny_model_dir, tmp_path):
            "--set", "tensorboard=false", "--set", "loss.entropy_coef=0.01", "--set", "engine.lr=1e-3",
            "--set", "cluster.backend=ray", "--set", "cluster.train_ranks=2", "--set", "cluster.train_cpus=0.5",
            "--set", "cluster.worker_cpus=0.5"]
-    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = Watched(cmd, tmp_path / "log", cwd=root, env=env)
     deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None and not (out / "checkpoints" / "latest").exists():
+    while time.time() < deadline and run.proc.poll() is None and not (out / "checkpoints" / "latest").exists():
+        run.look()
         time.sleep(0.2)
-    ranks = _workers("TrainRank")
-    assert proc.poll() is None and len(ranks) == 2, "the run ended before its first checkpoint"
+    ranks = run.look("ray::TrainRank")
+    assert run.proc.poll() is None and len(ranks) == 2, "the run ended before its first checkpoint"
     os.kill(ranks[-1], signal.SIGKILL)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode != 0
-    line = [x for x in err.splitlines() if x.startswith("error:")][-1]
+    assert run.wait(300) != 0
+    line = [x for x in run.output().splitlines() if x.startswith("error:")][-1]
     assert "train rank" in line and "died" in line and "--resume" in line
-    assert not _workers("TrainRank") and not _workers()
+    assert not run.left()
     done = subprocess.run([*cmd, "--resume"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]

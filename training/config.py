@@ -212,9 +212,9 @@ class TrainConfig:
                 raise ValueError(f"tasks: name the rows of {self.env}'s task set it trains on (e.g. tasks: "
                                  "seeds:100-499), disjoint from the rows it is evaluated on")
             self.tasks = "seeds:train" if family is not None and family.seeded else "hotpotqa:train"
-        if self.cluster.backend == "ray" and self.rollout.engine != "transformers":
-            raise ValueError("cluster.backend: ray runs transformers rollout workers; rollout.engine vllm starts its "
-                             "own servers (rollout.vllm_servers): use one or the other")
+        if self.cluster.backend == "ray" and (self.rollout.vllm_url is not None or self.rollout.vllm_servers != 1):
+            raise ValueError("cluster.backend: ray places its own vLLM engines (cluster.rollout_workers of them): "
+                             "leave rollout.vllm_url and rollout.vllm_servers unset")
         if self.update.sync_transport == "collective" and self.cluster.backend != "ray":
             raise ValueError("update.sync_transport: collective syncs Ray rollout workers: set cluster.backend: ray "
                              "(the local engine shares the trainer's process; vLLM servers load a file)")

