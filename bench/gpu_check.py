@@ -17,6 +17,9 @@ Checks, in this order (each PASS / FAIL / SKIP with figures; a failure never sto
                model, one TrainRank and one RolloutWorker actor (0.5 GPU each), the worker SIGKILLed from
                outside after step 1: rc 0, cluster/restarts >= 1, every sync within update.sync_tolerance;
                s per stage
+  ray_collective  the same with update.sync_transport=collective (gloo: the two share one GPU): MB/s per sync
+  ray_vllm     the same with rollout.engine=vllm (a supervised vLLM server as the worker, logprobs verified);
+               SKIP in one line where no vLLM Python is installed
   rollout      TransformersRollout generation (bf16) on DocRead prompts: tokens/s for the tiny and the ~0.7B
                model; an update on its own generations (engine-trainer logprob mismatch), the verified
                weight sync (update.sync_tolerance)
@@ -45,12 +48,13 @@ from pathlib import Path
 
 from gpucheck.base import REPO, T0, Report, State
 from gpucheck.basic import check_env, check_faiss, check_imports, check_models, check_nccl, check_vllm
-from gpucheck.ray_path import check_ray
+from gpucheck.ray_path import check_ray, check_ray_collective, check_ray_vllm
 from gpucheck.training import check_rollout, check_trainer, check_trainer_big
 from gpucheck.update import check_update
 
 CHECKS = {"env": check_env, "imports": check_imports, "models": check_models, "nccl": check_nccl,
-          "trainer": check_trainer, "ray": check_ray, "rollout": check_rollout, "update": check_update,
+          "trainer": check_trainer, "ray": check_ray, "ray_collective": check_ray_collective,
+          "ray_vllm": check_ray_vllm, "rollout": check_rollout, "update": check_update,
           "trainer_big": check_trainer_big, "faiss": check_faiss, "vllm": check_vllm}
 
 

@@ -30,6 +30,13 @@ def alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
+def command(pid: int) -> str:
+    try:
+        return (Path(f"/proc/{pid}") / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return "(gone)"
+
+
 class Watched:
     """A command run with every process of its tree remembered (`seen`), to check they are all gone at its end."""
 
@@ -57,11 +64,16 @@ class Watched:
     def output(self) -> str:
         return self.log.read_text()
 
-    def left(self, grace_s: float = 30.0) -> list[int]:
-        """Processes of the tree still alive `grace_s` after the end at most (none, when it cleaned up)."""
+    def left(self, grace_s: float = 30.0, besides: tuple[str, ...] = ()) -> list[str]:
+        """Processes of the tree still alive `grace_s` after the end at most, as "pid command" (none, when it
+        cleaned up), those whose command contains one of `besides` aside."""
         import time
 
+        def living() -> list[str]:
+            out = [f"{p} {command(p)}" for p in self.seen if alive(p)]
+            return [x for x in out if not any(b in x for b in besides)]
+
         end = time.time() + grace_s
-        while [p for p in self.seen if alive(p)] and time.time() < end:
+        while living() and time.time() < end:
             time.sleep(0.5)
-        return [p for p in self.seen if alive(p)]
+        return living()

@@ -124,17 +124,17 @@ def test_zero_variance_drop_and_dynamic(tiny_model_dir, tmp_path):
     assert dyn.sampler.cursor == 4  # two rounds of two tasks drawn
 
 
-def test_kill_and_resume_continues(tiny_model_dir, tmp_path):
-    """SIGKILL a `sleuth train` mid-run, resume it: the step counter, the data order and the metrics
-    continue as if uninterrupted (same tasks per step as a run that was never killed)."""
+def _kill_resume_and_reference(tiny_model_dir, tmp_path, *extra):
+    """A `sleuth train` of 4 steps SIGKILLed once its step-2 checkpoint is written and resumed, beside one never
+    killed: (the killed run's directory, the reference's)."""
     args = ["--set", f"model={tiny_model_dir}", "--set", "env_args={harness: text}", "--set", "task_limit=24",
             "--set", "rollout.max_tokens=12", "--set", "rollout.group_size=2", "--set", "checkpoint.export_hf=false",
-            "--set", "tensorboard=false", "--set", "loss.entropy_coef=0.01", "--max-steps", "4"]
+            "--set", "tensorboard=false", "--set", "loss.entropy_coef=0.01", "--max-steps", "4", *extra]
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
 
-    def train(out, extra=()):  # stderr to a file: a pipe nobody reads fills up and blocks the trainer
-        log = open(tmp_path / f"{out.name}{len(extra)}.log", "w")  # noqa: SIM115
-        return subprocess.Popen([sys.executable, "-m", "sleuth.cli", "train", "--out", str(out), *args, *extra],
+    def train(out, more=()):  # stderr to a file: a pipe nobody reads fills up and blocks the trainer
+        log = open(tmp_path / f"{out.name}{len(more)}.log", "w")  # noqa: SIM115
+        return subprocess.Popen([sys.executable, "-m", "sleuth.cli", "train", "--out", str(out), *args, *more],
                                 env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
 
     killed = tmp_path / "killed"
@@ -149,21 +149,47 @@ def test_kill_and_resume_continues(tiny_model_dir, tmp_path):
     ref = train(tmp_path / "ref")
     for proc in (resumed, ref):
         assert proc.wait(timeout=600) == 0, [f.read_text()[-2000:] for f in tmp_path.glob("*.log")]
+    return killed, tmp_path / "ref", args, env
+
+
+def _episodes(run, step):
+    return [json.loads(line) for line in (run / "rollouts" / f"step-{step:06d}.rank0.jsonl").read_text().splitlines()]
+
+
+def test_kill_and_resume_continues(tiny_model_dir, tmp_path):
+    """SIGKILL a `sleuth train` mid-run, resume it: the step counter, the data order and the metrics continue
+    as if uninterrupted, and the steps after the resume sample the very tokens the uninterrupted run sampled
+    (temperature 1: the sampler's seeds, the RNG state and the weights all restored exactly)."""
+    killed, ref, args, env = _kill_resume_and_reference(tiny_model_dir, tmp_path)
     rows = read_metrics(killed / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert [r["policy_version"] for r in rows] == [1, 2, 3, 4]
-
-    def tasks_per_step(run):
-        return [sorted(json.loads(line)["task_id"] for line in (run / "rollouts" / f"step-00000{s}.rank0.jsonl")
-                       .read_text().splitlines()) for s in range(1, 5)]
-
-    assert tasks_per_step(killed) == tasks_per_step(tmp_path / "ref")
+    for step in range(1, 5):
+        assert sorted(e["task_id"] for e in _episodes(killed, step)) == \
+            sorted(e["task_id"] for e in _episodes(ref, step))
+    for step in (3, 4):  # sampled after the resume
+        ours = sorted((e["task_id"], [t["action_ids"] for t in e["turns"]]) for e in _episodes(killed, step))
+        theirs = sorted((e["task_id"], [t["action_ids"] for t in e["turns"]]) for e in _episodes(ref, step))
+        assert ours == theirs
     # resuming a run that already reached its last step trains nothing, says so, and keeps its metrics
     again = subprocess.run([sys.executable, "-m", "sleuth.cli", "train", "--out", str(killed), *args, "--resume"],
                            env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "already at step 4: nothing to train" in again.stdout, again.stderr[-2000:]
     assert f"resumed {killed} from step 4 (checkpoint step-000004)" in again.stderr
     assert [r["step"] for r in read_metrics(killed / "metrics.jsonl")] == [1, 2, 3, 4]
+
+
+def test_an_async_run_killed_and_resumed_trains_the_same_tasks_per_step(tiny_model_dir, tmp_path):
+    """Under `rollout.max_staleness: 1` the stream has the next step's groups in flight at each checkpoint: the
+    checkpoint records their tasks and the resumed run issues them again first (replayed, never skipped, never
+    trained twice), so every step trains the tasks of the uninterrupted run's same step. What is not replayed:
+    the in-flight episodes' tokens (sampled again, from the checkpoint's weights)."""
+    killed, ref, _, _ = _kill_resume_and_reference(tiny_model_dir, tmp_path, "--set", "rollout.max_staleness=1",
+                                                   "--set", "loss.rollout_is=tis")
+    assert [r["step"] for r in read_metrics(killed / "metrics.jsonl")] == [1, 2, 3, 4]
+    for step in range(1, 5):
+        assert sorted({e["task_id"] for e in _episodes(killed, step)}) == \
+            sorted({e["task_id"] for e in _episodes(ref, step)}), step
 
 
 def _vllm_python():

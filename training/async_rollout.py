@@ -71,7 +71,9 @@ class _GroupFeed(TaskFeed):
             if s.stopped:
                 return None
             if not self._pending and s.issued_steps - s.taken_steps < s.ahead:
-                for task in s.next_tasks():
+                tasks = s.next_tasks()
+                s.untaken.append([t.id for t in tasks])
+                for task in tasks:
                     s.open.setdefault(task.id, deque()).append(_Group())
                     s.tasks[task.id] = task
                     self._pending.extend([task] * s.group_size)
@@ -101,6 +103,7 @@ class RolloutStream:
         self.tasks: dict[str, Task] = {}  # every task issued, by id (to issue a failed group's again)
         self.ready: deque[list[Trajectory]] = deque()
         self.failed_once: list[list[Trajectory]] = []  # failed groups whose task was issued again, not yet taken
+        self.untaken: deque[list[str]] = deque()  # the task ids of each step issued and not yet taken, oldest first
         self.feed = _GroupFeed(self)
         self.issued_steps, self.taken_steps, self.stopped, self._serial = 0, 0, False, 0
         self.error: BaseException | None = None
@@ -165,8 +168,15 @@ class RolloutStream:
             failed += [t for group in self.failed_once for t in group]
             self.failed_once.clear()
             self.taken_steps += 1
+            self.untaken.popleft()
             self.cond.notify_all()
         return Taken(kept, StreamStats(dropped, stale, partial), failed, reissued)
+
+    def issued_ahead(self) -> list[list[str]]:
+        """The task ids of the steps issued and not yet taken, oldest first: what a checkpoint taken now records, so
+        that a resumed run issues them again first instead of skipping them."""
+        with self.cond:
+            return [list(step) for step in self.untaken]
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop issuing tasks; the episodes in flight end on their own (the thread is a daemon)."""

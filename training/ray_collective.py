@@ -36,7 +36,9 @@ class CollectiveSync:
         import ray
 
         self.pool, self.bucket_bytes, self.trainer_is_source = pool, int(bucket_mb * 2**20), trainer_is_source
-        gpu = pool.cluster.worker_gpus > 0 and torch.cuda.is_available()
+        # NCCL needs each rank on a GPU of its own: a worker with a whole GPU (Ray gives whole GPUs to one actor),
+        # the trainer on CUDA. A fractional share may be the trainer's own GPU: gloo, through host memory.
+        gpu = pool.cluster.worker_gpus >= 1 and torch.cuda.is_available()
         self.backend = "nccl" if gpu else "gloo"
         self.rendezvous = Rendezvous(ray.util.get_node_ip_address(), pool.timeout_s)
         self.module: torch.nn.Module | None = None  # the trainer's, as of the last sync

@@ -66,6 +66,8 @@ class RolloutWorker:
         cmd = vllm_command(python, model_path, port, self.served) + list(extra)
         if gpus > 1:
             cmd += ["--tensor-parallel-size", str(int(gpus))]
+        if torch.cuda.is_available():  # its share of the GPU memory, as VLLMRollout's servers (a GPU may be shared)
+            cmd += ["--gpu-memory-utilization", os.environ.get("SLEUTH_VLLM_GPU_MEM", "0.3")]
         env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | server_env()
         env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")
         log = Path(tempfile.gettempdir()) / f"sleuth-vllm-ray-{port}.log"

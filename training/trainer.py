@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -122,10 +123,12 @@ class Trainer:
                                     self.probe_ids, self.world)
         self.make_env = self._env_factory()
         self.step, version = 0, 0
+        self.replay: deque[list[str]] = deque()  # task ids of the steps a killed stream had issued (see `save`)
         state = self.run_dir.restore(self.engine)
         if state is not None:
             self.step, version = int(state["step"]), int(state["policy_version"])
             self.sampler.load(state["sampler"])
+            self.replay = deque(state.get("stream_ahead", [[]] * self.world)[self.rank])
         if self.estimator.refresh_due(0):  # a reader that tracks the policy starts as the policy (or its checkpoint)
             self.estimator.refresh(full_state_dict(self.engine.module))
         self.rollout.sync(self.engine.module)  # verified, also at a fresh start: the engine must match
@@ -175,7 +178,10 @@ class Trainer:
         return rows
 
     def save(self) -> None:
-        state = {"step": self.step, "sampler": self.sampler.state(), "policy_version": self.rollout.policy.version}
+        # under a rollout stream, each rank's steps issued ahead of the trainer: the resumed run issues them first
+        ahead = _gather(self.stream.issued_ahead() if self.stream is not None else [])
+        state = {"step": self.step, "sampler": self.sampler.state(), "policy_version": self.rollout.policy.version,
+                 "stream_ahead": ahead}
         self.run_dir.save(self.engine, self.step, state, self.cfg.checkpoint.keep)
 
     def train_step(self) -> dict[str, Any]:
@@ -303,6 +309,8 @@ class Trainer:
         seed = (cfg.seed * 1_000_003 + self.rank) % (2**31)
         sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
         def next_tasks() -> list[Task]:
+            if self.replay:  # issued before the checkpoint this run resumed from, never taken: issued again first
+                return [self.tasks_by_id[i] for i in self.replay.popleft()]
             return self._draw(rc.tasks_per_step)
 
         return RolloutStream(self.make_env, next_tasks,

@@ -1,5 +1,7 @@
 """Sleuth's Ray path: `sleuth train` with one TrainRank actor and one RolloutWorker actor (sharing the GPU),
-the worker SIGKILLed from outside after the first step, as tests/test_ray_cluster.py does on the CPU."""
+the worker SIGKILLed from outside after the first step, as tests/test_ray_cluster.py does on the CPU; the same
+with the weights over the collective group (`ray_collective`) and with a vLLM engine as the worker (`ray_vllm`,
+skipped in one line where no vLLM Python is installed)."""
 
 from __future__ import annotations
 
@@ -69,7 +71,29 @@ def check_ray(rep: Report, st: State) -> None:
     train rank and one rollout worker (0.5 GPU each; on the CPU smoke 0.5 CPU each), in a subprocess; after
     the first step's metrics row the worker is SIGKILLed. PASS: rc 0, 3 rows, `cluster/restarts` ≥ 1, one
     live worker, every `sync/max_logit_diff` within the config's `update.sync_tolerance`, no actor left."""
-    with Check(rep, "ray", 90) as c:
+    _ray_run(rep, st, "ray", [])
+
+
+def check_ray_collective(rep: Report, st: State) -> None:
+    """`check_ray` with `update.sync_transport=collective` (gloo between processes sharing a GPU: NCCL needs a GPU
+    per rank): every sync reports its bytes/s."""
+    _ray_run(rep, st, "ray_collective", ["update.sync_transport=collective", "update.sync_bucket_mb=64"])
+
+
+def check_ray_vllm(rep: Report, st: State) -> None:
+    """`check_ray` with `rollout.engine=vllm`: the worker is a supervised vLLM server (its logprobs verified
+    within `update.sync_tolerance_vllm`); skipped in one line without a vLLM Python."""
+    from sleuth.training.vllm_rollout import default_vllm_python
+
+    if default_vllm_python() is None:
+        with Check(rep, "ray_vllm", 0) as c:
+            c.skip = "no vLLM Python on this machine (make vllm builds .venv-vllm, or set $SLEUTH_VLLM_PYTHON)"
+        return
+    _ray_run(rep, st, "ray_vllm", ["rollout.engine=vllm", "update.sync_transport=collective"])
+
+
+def _ray_run(rep: Report, st: State, name: str, extra: list[str]) -> None:
+    with Check(rep, name, 90) as c:
         c.check_skip()
         try:
             import ray
@@ -92,19 +116,21 @@ def check_ray(rep: Report, st: State) -> None:
                 f"rollout.max_tokens={st.sz['trainer_max_tokens']}",
                 f"rollout.group_size={st.sz['trainer_group']}",
                 "checkpoint.export_hf=false", "tensorboard=false", "loss.entropy_coef=0.01", "engine.lr=1e-3",
-                "cluster.backend=ray", "cluster.train_ranks=1", "cluster.rollout_workers=1", *shares]
+                "cluster.backend=ray", "cluster.train_ranks=1", "cluster.rollout_workers=1", *shares, *extra]
         c.figures["shares"] = ", ".join(s.removeprefix("cluster.") for s in shares)
-        out, base = st.work / "train-ray", REPO / "configs" / "docread_quick.yaml"
+        out, base = st.work / f"train-{name}", REPO / "configs" / "docread_quick.yaml"
         # the tolerance the run's trainer verifies each sync against, read as `sleuth train` reads its config
         cfg = load_config(base, parse_kv(sets, flag="--set") | {"out": str(out), "max_steps": STEPS})
-        tol = cfg.update.sync_tolerance
+        vllm = cfg.rollout.engine == "vllm"
+        tol, diff_key = ((cfg.update.sync_tolerance_vllm, "sync/max_logprob_diff") if vllm
+                         else (cfg.update.sync_tolerance, "sync/max_logit_diff"))
         c.figures["sync_tolerance"] = tol
         left = st.args.budget_s - (time.time() - T0) - 10  # ends before the budget's hard stop
         timeout = min(left, GPU_CAP_S) if gpu else left
         cmd = [sys.executable, "-m", "sleuth.cli", "train", "--config", str(base), "--out", str(out),
                "--max-steps", str(STEPS), *[a for s in sets for a in ("--set", s)]]
         env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
-        log = st.work / "train-ray.log"
+        log = st.work / f"train-{name}.log"
         c.figures["log"] = str(log)
         metrics = out / "metrics.jsonl"
         seen: dict[int, str] = {}
@@ -147,10 +173,13 @@ def check_ray(rep: Report, st: State) -> None:
                f"metrics rows for steps {[r.get('step') for r in rows]}, not 1..{STEPS}")
         for key in ("time/rollout", "time/update", "time/sync"):
             c.figures[f"{key.split('/')[1]}_s_mean"] = _mean(rows, key)
-        diffs = [r.get("sync/max_logit_diff", math.inf) for r in rows]
-        c.figures["sync_max_logit_diff"] = max(diffs, default=math.nan)
-        c.need(bool(diffs) and all(d <= tol for d in diffs),
-               f"sync diffs {diffs} not all within update.sync_tolerance {tol}")
+        diffs = [r.get(diff_key, math.inf) for r in rows]
+        c.figures[diff_key.replace("/", "_")] = max(diffs, default=math.nan)
+        c.need(bool(diffs) and all(d <= tol for d in diffs), f"sync diffs {diffs} not all within {tol}")
+        if "update.sync_transport=collective" in extra:
+            rates = [r.get("sync/bytes_per_s", 0.0) for r in rows]
+            c.figures["sync_mb_per_s_mean"] = round(sum(rates) / max(len(rates), 1) / 2**20, 1)
+            c.need(all(x > 0 for x in rates), "a sync without sync/bytes_per_s: not the collective path")
         last = rows[-1] if rows else {}
         restarts, live = last.get("cluster/restarts"), last.get("cluster/live_workers")
         c.figures["restarts"], c.figures["live_workers"] = restarts, live
@@ -160,7 +189,7 @@ def check_ray(rep: Report, st: State) -> None:
                    "|---|---|---|---|---|---|---|"]
         c.table += [f"| {r.get('step')} | {r.get('time/rollout', math.nan):.2f} | "
                     f"{r.get('time/update', math.nan):.2f} | {r.get('time/sync', math.nan):.2f} | "
-                    f"{r.get('sync/max_logit_diff', math.nan):.2e} | {r.get('cluster/restarts')} | "
+                    f"{r.get(diff_key, math.nan):.2e} | {r.get('cluster/restarts')} | "
                     f"{r.get('cluster/live_workers')} |" for r in rows]
         if c.fail:
             print("    the run's last lines:\n      " + "\n      ".join(tail), flush=True)
