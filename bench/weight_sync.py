@@ -30,7 +30,7 @@ def measure(model_path: str, transport: str, args: argparse.Namespace) -> dict[s
 
     from sleuth.agents.chat import ChatRenderer
     from sleuth.training.config import load_config
-    from sleuth.training.ray_rollout import RayRollout
+    from sleuth.training.ray_engine import RayRollout
     from sleuth.training.run import PROBE
 
     cfg = load_config(overrides={"cluster.backend": "ray", "cluster.rollout_workers": args.workers,

@@ -92,7 +92,7 @@ def test_a_restarted_worker_generates_with_the_current_weights(tiny_model_dir, t
     from sleuth.agents.chat import ChatRenderer
     from sleuth.agents.hf import TransformersPolicy
     from sleuth.agents.policy import Request, SamplingParams
-    from sleuth.training.ray_rollout import RayRollout
+    from sleuth.training.ray_engine import RayRollout
     from sleuth.training.run import PROBE
 
     cfg = load_config(overrides={"cluster.backend": "ray", "cluster.rollout_workers": 2, "cluster.max_restarts": 1,
@@ -159,7 +159,7 @@ def test_a_hung_worker_fails_the_sync_naming_it(tiny_model_dir, transport):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from sleuth.agents.chat import ChatRenderer
-    from sleuth.training.ray_rollout import RayRollout
+    from sleuth.training.ray_engine import RayRollout
     from sleuth.training.rollout import WeightSyncError
     from sleuth.training.run import PROBE
 

@@ -62,7 +62,7 @@ def test_a_restarted_vllm_worker_serves_the_current_weights_and_its_engine_dies_
     from sleuth.agents.chat import ChatRenderer
     from sleuth.agents.policy import Request, SamplingParams
     from sleuth.training.config import load_config
-    from sleuth.training.ray_rollout import RayRollout
+    from sleuth.training.ray_engine import RayRollout
     from sleuth.training.run import PROBE
 
     cfg = load_config(overrides={"cluster.backend": "ray", "rollout.engine": "vllm", "cluster.rollout_workers": 2,

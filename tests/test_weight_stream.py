@@ -26,7 +26,7 @@ def test_the_bucket_plan_packs_in_order_by_dtype_and_size():
 def _receiver(port, prefix, plan, state, out):
     torch.manual_seed(1)
     mine = {k: torch.randn_like(v) for k, v in state.items()}
-    group = join("127.0.0.1", port, prefix, 1, 2, "gloo", 30.0)
+    group = join("127.0.0.1", port, prefix, 1, 2, "gloo", 180.0)
     receive(group, mine, plan, torch.device("cpu"))
     group.shutdown()
     out.put({k: v.clone() for k, v in mine.items()})
@@ -42,16 +42,16 @@ def test_a_gloo_broadcast_between_processes_fills_the_other_copy_exactly_bucket_
     state = {k: v.detach() for k, v in model.state_dict().items()}
     plan = bucket_plan(state, bucket_bytes=4096)
     assert len(plan) > 5  # several buckets, so the offsets matter
-    rdv = Rendezvous("127.0.0.1", 30.0)
+    rdv = Rendezvous("127.0.0.1", 180.0)  # the spawned child imports torch first: slow on a loaded machine
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     prefix = rdv.next_prefix()
     proc = ctx.Process(target=_receiver, args=(rdv.port, prefix, plan, {k: v.clone() for k, v in state.items()}, out))
     proc.start()
-    group = join("127.0.0.1", rdv.port, prefix, 0, 2, "gloo", 30.0, store=rdv.store)
+    group = join("127.0.0.1", rdv.port, prefix, 0, 2, "gloo", 180.0, store=rdv.store)
     sent = send(group, state, plan, torch.device("cpu"))
     group.shutdown()
-    got = out.get(timeout=60)
+    got = out.get(timeout=180)
     proc.join(30)
     assert sent == plan_bytes(plan) == sum(v.numel() * v.element_size() for v in state.values())
     assert got.keys() == state.keys() and all(torch.equal(got[k], state[k]) for k in state)

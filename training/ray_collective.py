@@ -23,9 +23,9 @@ import torch
 from sleuth.agents.openai_http import ServerUnreachable
 from sleuth.training.engine import full_weights
 from sleuth.training.rollout import WeightSyncError, probe_logits
-from sleuth.training.weight_stream import Rendezvous, bucket_plan, join, plan_bytes, send
+from sleuth.training.weight_stream import Link, Rendezvous, bucket_plan, join, plan_bytes, send
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the pool holds this object: importing its module at run time would import this one back
     from sleuth.training.ray_rollout import WorkerHandle, WorkerPool
 
 SYNC_ATTEMPTS = 3  # a sync made again after a worker died during it, with those still alive
@@ -46,9 +46,7 @@ class CollectiveSync:
         self.held: dict[int, int] = {}  # worker index: the weights id it was last verified with
         self._lock = threading.Lock()  # one generation of the group at a time
 
-    def link(self, plan: list) -> Any:
-        from sleuth.training.ray_rollout import Link
-
+    def link(self, plan: list) -> Link:
         return Link(self.rendezvous.address, self.rendezvous.port, self.rendezvous.next_prefix(), self.backend,
                     self.pool.timeout_s, plan)
 

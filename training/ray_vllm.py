@@ -42,10 +42,10 @@ from sleuth.agents.openai_http import OpenAICompletionsPolicy, ServerError, Serv
 from sleuth.agents.policy import Generation, Request, SamplingParams
 from sleuth.net import free_port, wait_healthy
 from sleuth.training.engine import DIST_VARS
-from sleuth.training.ray_rollout import Link, WorkerHandle, WorkerPool
+from sleuth.training.ray_rollout import WorkerHandle, WorkerPool
 from sleuth.training.rollout import WeightSyncError
 from sleuth.training.vllm_rollout import servable, server_env, vllm_command
-from sleuth.training.weight_stream import join, receive, send
+from sleuth.training.weight_stream import Link, join, receive, send
 
 PR_SET_PDEATHSIG = 1
 

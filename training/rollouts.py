@@ -23,7 +23,7 @@ def make_rollout(rollout: RolloutConfig, cluster: ClusterConfig, update: UpdateC
     from sleuth.training.engine import device
 
     if cluster.backend == "ray":  # transformers or vLLM engines as Ray workers
-        from sleuth.training.ray_rollout import RayRollout
+        from sleuth.training.ray_engine import RayRollout
 
         return RayRollout(rollout, cluster, update, model_path, dtype, probe_ids, world)
     if rollout.engine == "vllm":

@@ -7,7 +7,7 @@ An episode that failed for infrastructure reasons (`Trajectory.failed`: the env 
 the engine could not generate) is no outcome of the policy: its whole group leaves the update (a group
 baseline over the survivors would be another group's), it is counted (`episodes/failed`,
 `groups/dropped_failed`), kept out of the reward metrics and still written to the rollouts file. A step
-whose every episode failed stops the run (`EpisodesFailedError`). A step whose update had no learning
+whose every episode failed stops the run (`training.failures`). A step whose update had no learning
 signal (every advantage 0, or a zero gradient) is flagged (`no_signal`) and warned about once, with the
 count at the end of the run."""
 
@@ -35,8 +35,9 @@ from sleuth.training.agent_rollout import AgentRollouts
 from sleuth.training.async_rollout import RolloutStream
 from sleuth.training.branching import branch_points, demo_points, load_demonstrator, run_branches
 from sleuth.training.collected import Collected
-from sleuth.training.config import ConfigError, TrainConfig, TrainingError, TrainingWarning
+from sleuth.training.config import ConfigError, TrainConfig, TrainingWarning
 from sleuth.training.engine import full_state_dict, init_distributed
+from sleuth.training.failures import FailureWatch
 from sleuth.training.metrics import MISMATCH_WARN
 from sleuth.training.ray_envs import EnvPool
 from sleuth.training.rollout import RolloutEngine, WeightSyncError
@@ -45,16 +46,11 @@ from sleuth.training.run import PROBE, RunDir, load_policy_model, load_reference
 from sleuth.training.sampler import TaskSampler
 from sleuth.training.step_metrics import StepPart, components, ranges, step_row, why_no_signal
 from sleuth.training.teacher_load import load_teacher
-from sleuth.training.update import PolicyUpdater, all_max, all_sum
+from sleuth.training.update import PolicyUpdater, all_sum
 
 T = TypeVar("T")
 NO_SIGNAL_ADVICE = ("raise rollout.group_size or rollout.temperature, add a step reward (algorithm.estimator: "
                     "info_gain), or sample more groups (rollout.zero_variance: dynamic)")
-
-
-class EpisodesFailedError(TrainingError):
-    """Every episode of a step failed for infrastructure reasons, or `rollout.max_consecutive_failures` of them
-    failed in a row: the run stops rather than train on what is left."""
 
 
 class Trainer:
@@ -102,8 +98,7 @@ class Trainer:
             else None
         self.mismatch_warned = False
         self.no_signal_steps: list[int] = []
-        self.failure_streak = 0  # infrastructure failures in a row on this rank (a resumed run counts afresh)
-        self.last_failure: tuple[str, str] = ("", "")
+        self.failures = FailureWatch(cfg.rollout.max_consecutive_failures)
         temperature = cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0
         mixing = None
         if self.estimator.mixing is not None:  # gear_mix: the trainer mixes its granularities per token
@@ -192,7 +187,7 @@ class Trainer:
         got = self.collect(step)
         kept, seen = got.kept, got.seen
         self._write_rollouts(step, seen)
-        self._check_failures(step, seen)
+        self.failures.check(step, seen)
         ok = [t for t in seen if not t.failed and not t.branch_at]  # a failed episode has no outcome
         t2 = time.perf_counter()
         t1 = t2 - got.reward_s
@@ -247,31 +242,6 @@ class Trainer:
                               "(loss.rollout_is corrects it; bf16 engines round the two apart by ~0.02)",
                               stacklevel=1)
         return row
-
-    def _check_failures(self, step: int, seen: Sequence[Trajectory]) -> None:
-        """Stop the run (every rank alike) when every episode of the step, on every rank, failed, or when a rank
-        has seen `rollout.max_consecutive_failures` infrastructure failures in a row (in completion order, across
-        steps)."""
-        for t in seen:
-            self.failure_streak = self.failure_streak + 1 if t.failed else 0
-            if t.failed:
-                self.last_failure = (t.stop_reason, (str(t.error or "").strip().splitlines() or [""])[0])
-        limit = self.cfg.rollout.max_consecutive_failures
-        if limit and all_max(float(self.failure_streak)) >= limit:
-            last = next((p["last"] for p in _gather({"last": self.last_failure if self.failure_streak >= limit
-                                                     else None}) if p["last"] is not None), ("", ""))
-            raise EpisodesFailedError(f"step {step}: {limit} episodes in a row failed for infrastructure reasons "
-                                      f"(rollout.max_consecutive_failures; the last: {last[0]}: {last[1]}); fix the "
-                                      "cause, then rerun with --resume to continue from the last checkpoint")
-        failed = [t for t in seen if t.failed]
-        if all_sum(len(seen) - len(failed)) > 0 or not all_sum(len(seen)):
-            return
-        first = next((p for p in _gather({"first": (failed[0].stop_reason, failed[0].error) if failed else None})
-                      if p["first"] is not None), {"first": ("", "")})["first"]
-        reason = (str(first[1] or "").strip().splitlines() or [""])[0]
-        raise EpisodesFailedError(f"step {step}: all {int(all_sum(len(seen)))} episodes failed, nothing to train on "
-                                  f"(the first: {first[0]}: {reason}); fix the cause, then rerun with --resume to "
-                                  "continue from the last checkpoint")
 
     def _write_rollouts(self, step: int, trajs: Sequence[Trajectory]) -> None:
         """Every trajectory of the step, as the agent loop recorded it (one file per rank)."""

@@ -67,6 +67,18 @@ def bucket_plan(tensors: Mapping[str, torch.Tensor], bucket_bytes: int) -> list[
     return out
 
 
+@dataclass(frozen=True)
+class Link:
+    """One generation of the group, as its members need it (an argument of the workers' Ray calls)."""
+
+    address: str
+    port: int
+    prefix: str
+    backend: str
+    timeout_s: float
+    plan: list[Bucket]
+
+
 def plan_bytes(plan: list[Bucket]) -> int:
     return sum(b.numel * torch.empty(0, dtype=getattr(torch, b.dtype)).element_size() for b in plan)
 
