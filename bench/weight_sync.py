@@ -26,9 +26,10 @@ from sleuth.cli_args import bounded
 
 def measure(model_path: str, transport: str, args: argparse.Namespace) -> dict[str, float]:
     import ray
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from sleuth.agents.chat import ChatRenderer
+    from sleuth.agents.models import load_causal_lm
     from sleuth.training.config import load_config
     from sleuth.training.ray_engine import RayRollout
     from sleuth.training.run import PROBE
@@ -36,7 +37,7 @@ def measure(model_path: str, transport: str, args: argparse.Namespace) -> dict[s
     cfg = load_config(overrides={"cluster.backend": "ray", "cluster.rollout_workers": args.workers,
                                  "cluster.worker_cpus": 2 / args.workers if args.workers > 2 else 1.0,
                                  "update.sync_transport": transport, "update.sync_bucket_mb": args.bucket_mb})
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model = load_causal_lm(model_path, dtype=torch.float32)
     probe = ChatRenderer(AutoTokenizer.from_pretrained(model_path)).prompt_ids(PROBE)
     ray.init(include_dashboard=False, log_to_driver=False, num_cpus=max(2, args.workers))
     rollout = RayRollout(cfg.rollout, cfg.cluster, cfg.update, model_path, torch.float32, probe)

@@ -2,6 +2,7 @@
 two processes broadcasting a model's weights bucket by bucket into another copy, exactly."""
 
 import multiprocessing as mp
+import os
 
 import pytest
 import torch
@@ -60,3 +61,30 @@ def test_a_gloo_broadcast_between_processes_fills_the_other_copy_exactly_bucket_
 def test_a_plan_that_does_not_fit_the_receiving_model_is_refused_by_name():
     with pytest.raises(KeyError, match="lm_head.weight"):
         receive(None, {"x": torch.zeros(2)}, bucket_plan({"lm_head.weight": torch.zeros(2)}, 64), torch.device("cpu"))
+
+
+def _dies_after_one_bucket(port, prefix, plan):
+    group = join("127.0.0.1", port, prefix, 1, 2, "gloo", 180.0)
+    first = plan[0]
+    group.broadcast(torch.empty(first.numel, dtype=getattr(torch, first.dtype)), 0).wait()
+    os._exit(1)  # killed mid-sync: its sockets close with the process
+
+
+def test_a_member_that_dies_mid_broadcast_fails_the_sender_at_once_not_at_its_timeout():
+    """The sender learns of a dead member from its closed connection (a RuntimeError, which `CollectiveSync`
+    takes as a broken generation and syncs again), long before the group's timeout."""
+    import time
+
+    state = {f"w{i}": torch.randn(1 << 20) for i in range(6)}  # 6 buckets of 4 MB: more than a socket buffers
+    plan = bucket_plan(state, bucket_bytes=4 << 20)
+    rdv = Rendezvous("127.0.0.1", 180.0)
+    prefix = rdv.next_prefix()
+    proc = mp.get_context("spawn").Process(target=_dies_after_one_bucket, args=(rdv.port, prefix, plan))
+    proc.start()
+    group = join("127.0.0.1", rdv.port, prefix, 0, 2, "gloo", 120.0, store=rdv.store)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError):
+        send(group, state, plan, torch.device("cpu"))
+    assert time.monotonic() - t0 < 60
+    group.abort()
+    proc.join(30)

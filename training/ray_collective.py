@@ -57,7 +57,7 @@ class CollectiveSync:
         """The trainer's weights to every live worker; stats of the last attempt."""
         import time
 
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError, RayError
 
         pool = self.pool
         self.module = module
@@ -82,22 +82,23 @@ class CollectiveSync:
                 names = ", ".join(refs[r].name for r in waiting)
                 raise WeightSyncError(f"weight sync timed out after {pool.timeout_s:.0f} s waiting for {names} "
                                       "(rollout.sync_timeout_s)")
-            died, diffs = [], []
+            diffs = []
             for ref in ready:
                 handle = refs[ref]
                 try:
-                    diffs.append(handle.loaded(*pool.ray.get(ref)))
-                    self.held[handle.index] = pool.weights_id
+                    answer = pool.ray.get(ref)
                 except RayActorError:  # died during the sync: loaded when Ray has restarted it
-                    died.append(handle)
-                except Exception as e:  # a member that failed because another died (its connection closed)
-                    if not broken:
-                        raise WeightSyncError(f"{handle.name} failed to receive the weights: {e}") from None
-            if not broken and not died:
+                    continue
+                except RayError as e:  # failed in the group: because another member died, or on its own
+                    if broken:
+                        continue
+                    raise WeightSyncError(f"{handle.name} failed to receive the weights: {e}") from None
+                diffs.append(handle.loaded(*answer))  # the probe must match the trainer's
+                self.held[handle.index] = pool.weights_id
+            if not broken:
                 break
             if attempt == SYNC_ATTEMPTS - 1:
-                raise WeightSyncError(f"weight sync failed {SYNC_ATTEMPTS} times, the last: "
-                                      f"{broken or 'a worker died'}")
+                raise WeightSyncError(f"weight sync failed {SYNC_ATTEMPTS} times, the last: {broken}")
         return {pool.diff_metric: max(diffs, default=0.0), "sync/seconds": seconds,
                 "sync/bytes_per_s": plan_bytes(plan) / max(seconds, 1e-9)}
 
