@@ -77,13 +77,8 @@ class CollectiveSync:
                         for i, h in enumerate(live)}
                 broken = self._broadcast(link, len(live) + 1, weights, plan)
             seconds = time.perf_counter() - t0
-            ready, waiting = pool.ray.wait(list(refs), num_returns=len(refs), timeout=pool.timeout_s)
-            if waiting:
-                names = ", ".join(refs[r].name for r in waiting)
-                raise WeightSyncError(f"weight sync timed out after {pool.timeout_s:.0f} s waiting for {names} "
-                                      "(rollout.sync_timeout_s)")
             diffs = []
-            for ref in ready:
+            for ref in pool.answered(refs):
                 handle = refs[ref]
                 try:
                     answer = pool.ray.get(ref)
@@ -107,13 +102,8 @@ class CollectiveSync:
         its next request (a member that never joins would hold the group until rollout.sync_timeout_s); one that
         does not answer within rollout.sync_timeout_s fails the sync by name."""
         refs = {h.actor.pid.remote(): h for h in handles}
-        ready, waiting = self.pool.ray.wait(list(refs), num_returns=len(refs), timeout=self.pool.timeout_s)
-        if waiting:
-            names = ", ".join(refs[r].name for r in waiting)
-            raise WeightSyncError(f"weight sync timed out after {self.pool.timeout_s:.0f} s waiting for {names} "
-                                  "(rollout.sync_timeout_s)")
         out = []
-        for ref in ready:
+        for ref in self.pool.answered(refs):
             try:
                 self.pool.ray.get(ref)
             except Exception:  # noqa: BLE001 (Ray's errors for a dead or restarting actor: not a member now)

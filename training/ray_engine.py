@@ -68,13 +68,8 @@ class RayRollout:
             raise WeightSyncError(f"every rollout worker is dead (each out of its {pool.cluster.max_restarts} "
                                   "restarts)")
         refs = {h.actor.load_weights.remote(pool.state_ref, pool.weights_id, pool.probe_ids): h for h in live}
-        ready, waiting = pool.ray.wait(list(refs), num_returns=len(refs), timeout=pool.timeout_s)
-        if waiting:
-            names = ", ".join(refs[r].name for r in waiting)
-            raise WeightSyncError(f"weight sync timed out after {pool.timeout_s:.0f} s waiting for {names} "
-                                  "(rollout.sync_timeout_s)")
         diffs = []
-        for ref in ready:
+        for ref in pool.answered(refs):
             handle = refs[ref]
             try:
                 diffs.append(handle.loaded(*pool.ray.get(ref)))

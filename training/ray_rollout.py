@@ -232,6 +232,16 @@ class WorkerPool:
             cause = str(e).strip().splitlines()
             raise ClusterError(f"a rollout worker failed to start: {cause[-1] if cause else e}") from None
 
+    def answered(self, refs: dict[Any, WorkerHandle]) -> list[Any]:
+        """`refs` (calls to the workers) once every one is done, each holding its answer or its error;
+        `WeightSyncError` naming the workers that did not answer within rollout.sync_timeout_s."""
+        ready, waiting = self.ray.wait(list(refs), num_returns=len(refs), timeout=self.timeout_s)
+        if waiting:
+            names = ", ".join(refs[r].name for r in waiting)
+            raise WeightSyncError(f"weight sync timed out after {self.timeout_s:.0f} s waiting for {names} "
+                                  "(rollout.sync_timeout_s)")
+        return ready
+
     def count_restart(self) -> None:
         with self._lock:
             self.restarts += 1
