@@ -89,6 +89,15 @@ def placement(ray: Any, n: int, bundle: dict[str, float], what: str, timeout_s: 
     return pg
 
 
+def worker_lost() -> tuple[type[BaseException], ...]:
+    """Ray's errors for a call whose actor process died: killed or crashed (`RayActorError`), killed by Ray's memory
+    monitor when the node ran low on memory (`OutOfMemoryError`), a worker that crashed (`WorkerCrashedError`). Ray
+    restarts the actor in each case, within its `max_restarts`."""
+    from ray.exceptions import OutOfMemoryError, RayActorError, WorkerCrashedError
+
+    return RayActorError, OutOfMemoryError, WorkerCrashedError
+
+
 class ActorGone(RuntimeError):
     """The actor died for good (`dead`: out of restarts), or did not come back within the wait."""
 

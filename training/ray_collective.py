@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from sleuth.agents.openai_http import ServerUnreachable
+from sleuth.training.cluster import worker_lost
 from sleuth.training.engine import full_weights
 from sleuth.training.rollout import WeightSyncError, probe_logits
 from sleuth.training.weight_stream import Link, Rendezvous, bucket_plan, join, plan_bytes, send
@@ -57,7 +58,7 @@ class CollectiveSync:
         """The trainer's weights to every live worker; stats of the last attempt."""
         import time
 
-        from ray.exceptions import RayActorError, RayError
+        from ray.exceptions import RayError
 
         pool = self.pool
         self.module = module
@@ -82,7 +83,7 @@ class CollectiveSync:
                 handle = refs[ref]
                 try:
                     answer = pool.ray.get(ref)
-                except RayActorError:  # died during the sync: loaded when Ray has restarted it
+                except worker_lost():  # died during the sync: loaded when Ray has restarted it
                     continue
                 except RayError as e:  # failed in the group: because another member died, or on its own
                     if broken:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from sleuth.training.cluster import ClusterConfig, ClusterError
+from sleuth.training.cluster import ClusterConfig, ClusterError, worker_lost
 from sleuth.training.config import RolloutConfig
 from sleuth.training.engine import full_state_dict
 from sleuth.training.ray_rollout import WorkerPool
@@ -56,7 +56,6 @@ class RayRollout:
         return {**stats, "cluster/restarts": float(pool.restarts), "cluster/live_workers": float(pool.live())}
 
     def _through_object_store(self, module: torch.nn.Module) -> dict[str, float]:
-        from ray.exceptions import RayActorError
 
         pool = self.pool
         pool.expected = probe_logits(module, pool.probe_ids)
@@ -73,7 +72,7 @@ class RayRollout:
             handle = refs[ref]
             try:
                 diffs.append(handle.loaded(*pool.ray.get(ref)))
-            except RayActorError:  # died during the sync: its next call waits for the restart and loads then
+            except worker_lost():  # died during the sync: its next call waits for the restart and loads then
                 pass
         return {pool.diff_metric: max(diffs, default=0.0)}
 

@@ -20,7 +20,15 @@ from typing import Any
 
 import gymnasium
 
-from sleuth.training.cluster import ActorGone, ClusterConfig, ClusterError, connect, placement, through_restart
+from sleuth.training.cluster import (
+    ActorGone,
+    ClusterConfig,
+    ClusterError,
+    connect,
+    placement,
+    through_restart,
+    worker_lost,
+)
 
 RESTART_WAIT_S = 120.0  # how long a reset waits for a restarting env worker
 CLOSE_WAIT_S = 30.0  # how long closing a session waits for its worker (a session stuck in a step may never close)
@@ -135,32 +143,28 @@ class RayEnv(gymnasium.Env):
         self.pool.opened(self.index, pid)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        from ray.exceptions import RayActorError
-
         if self.sid is None:
             self._open()
         try:
             return self.pool.ray.get(self.actor.reset.remote(self.sid, seed, options))
-        except (RayActorError, KeyError):  # the worker was restarted since: this session is gone, open another
+        except (*worker_lost(), KeyError):  # the worker was restarted since: this session is gone, open another
             self._open()
             return self.pool.ray.get(self.actor.reset.remote(self.sid, seed, options))
 
     def step(self, action: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        from ray.exceptions import RayActorError
-
         try:
             return self.pool.ray.get(self.actor.step.remote(self.sid, action))
-        except (RayActorError, KeyError) as e:
+        except (*worker_lost(), KeyError) as e:
             self.sid = None
             raise RayEnvError(f"env worker {self.index} lost this episode's session ({type(e).__name__}): the "
                               "episode fails and is not scored") from None
 
     def close(self) -> None:
-        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.exceptions import GetTimeoutError
 
         if self.sid is not None:
             try:
                 self.pool.ray.get(self.actor.close.remote(self.sid), timeout=CLOSE_WAIT_S)
-            except (RayActorError, KeyError, GetTimeoutError):
+            except (*worker_lost(), KeyError, GetTimeoutError):
                 pass
             self.sid = None

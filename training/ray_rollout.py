@@ -25,7 +25,15 @@ import torch
 from sleuth.agents.openai_http import ServerUnreachable
 from sleuth.agents.policy import Generation, Request, SamplingParams
 from sleuth.agents.routing import RoutedPolicy
-from sleuth.training.cluster import ActorGone, ClusterConfig, ClusterError, connect, placement, through_restart
+from sleuth.training.cluster import (
+    ActorGone,
+    ClusterConfig,
+    ClusterError,
+    connect,
+    placement,
+    through_restart,
+    worker_lost,
+)
 from sleuth.training.rollout import WeightSyncError, probe_logits
 from sleuth.training.weight_stream import Link, join, receive, send
 
@@ -119,15 +127,13 @@ class WorkerHandle:
         self.lock = threading.Lock()
 
     def generate(self, requests: list[Request], sampling: SamplingParams) -> list[Generation]:
-        from ray.exceptions import RayActorError
-
         for _ in range(self.owner.cluster.max_restarts + 3):
             if self.dead:
                 break
             epoch = self.epoch
             try:
                 return self.owner.ray.get(self.actor.generate.remote(requests, sampling, self.owner.weights_id))
-            except (RayActorError, StaleWeights):
+            except (*worker_lost(), StaleWeights):
                 self.recover(epoch)
         self.dead = True
         raise ServerUnreachable(f"{self.name} is dead (out of its {self.owner.cluster.max_restarts} restarts)",

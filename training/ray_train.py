@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from sleuth.training.cluster import ClusterError, connect, placement
+from sleuth.training.cluster import ClusterError, connect, placement, worker_lost
 from sleuth.training.config import TrainConfig, TrainingError
 
 
@@ -73,7 +73,7 @@ class RayTrainer:
             raise
 
     def train(self) -> list[dict[str, Any]]:
-        from ray.exceptions import RayActorError, RayTaskError
+        from ray.exceptions import RayTaskError
 
         world = len(self.actors)
         refs = {a.train.remote(self.cfg, self.resume, r, world, self.master): r for r, a in enumerate(self.actors)}
@@ -85,7 +85,7 @@ class RayTrainer:
                 rank = refs[done[0]]
                 try:
                     results[rank] = self.ray.get(done[0])
-                except RayActorError as e:
+                except worker_lost() as e:  # killed, crashed, or killed by Ray when the node ran low on memory
                     cause = (str(e).strip().splitlines() or [""])[0]
                     raise TrainingError(f"train rank {rank} died ({cause[:200]}); the other ranks were stopped: "
                                         "rerun with --resume to continue from the last complete checkpoint") from None
