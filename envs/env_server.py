@@ -26,6 +26,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+MAX_ACTION_CHARS = 1_000_000  # the longest action a step takes (a client's action space says the same)
+
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
@@ -51,7 +53,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
         seed: int | None = None
 
     class Step(BaseModel):
-        action: str = Field(max_length=1_000_000)
+        action: str = Field(max_length=MAX_ACTION_CHARS)
         seq: int | None = None  # the client's number for this step; None: not retried, never replayed
 
     def close(sid: str) -> None:

@@ -25,6 +25,7 @@ import httpx
 from gymnasium.utils import seeding
 
 from sleuth.envs.base import TextSpace
+from sleuth.envs.env_server import MAX_ACTION_CHARS
 from sleuth.net import RetriesExhausted, asend_with_retries, send_with_retries
 
 _next_server = itertools.count()
@@ -82,7 +83,7 @@ class RemoteEnv(gymnasium.Env):
         self.session_id: str | None = None
         self._seq = 0  # the number of the last step sent in this session
         self.observation_space = TextSpace(max_length=1 << 20)
-        self.action_space = TextSpace(max_length=1 << 20)
+        self.action_space = TextSpace(max_length=MAX_ACTION_CHARS)  # what the server takes: a longer one is a 422
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         try:

@@ -21,11 +21,6 @@ pytestmark = pytest.mark.skipif(default_vllm_python() is None,
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _engines() -> list[int]:
-    """This test process's vLLM engine cores (its Ray runs in this process)."""
-    return descendants(os.getpid(), "VLLM::EngineCore")
-
-
 def test_train_with_vllm_workers_on_ray_survives_a_killed_worker(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
@@ -78,12 +73,13 @@ def test_a_restarted_vllm_worker_serves_the_current_weights_and_its_engine_dies_
         victim, peer = rollout.pool.handles
         reqs, greedy = [Request(probe, [], None)], SamplingParams(max_tokens=6, temperature=0.0)
         want = peer.generate(reqs, greedy)[0]
-        old_url, engines = victim.server.base_url, len(_engines())
+        old_url, its_engine = victim.server.base_url, descendants(victim.pid, "VLLM::EngineCore")
+        assert its_engine
         os.kill(victim.pid, signal.SIGKILL)
         got = victim.generate(reqs, greedy)[0]  # waits for Ray's restart, the current weights, the probe
         assert got.ids == want.ids and got.logprobs == pytest.approx(want.logprobs, abs=0.02)
         assert victim.restarts == 1 and victim.server.base_url != old_url
-        assert len(_engines()) == engines  # the killed worker's engine went down with it
+        assert not [p for p in its_engine if alive(p)]  # the killed worker's engine went down with it
         assert rollout.sync(trained)["cluster/restarts"] == 1
     finally:
         servers = descendants(os.getpid(), "vllm.entrypoints.openai.api_server")
