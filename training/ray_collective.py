@@ -9,13 +9,15 @@ Ray has restarted it.
 
 A restarted worker (found on its next request) gets the current weights from a live peer that holds them (a
 two-member group, the peer sending), else from the trainer when its weights cannot have moved since the sync
-(one training rank without ZeRO-3, synchronous training: `trainer_is_source`). Else it waits for the next sync:
+(one training rank, synchronous training: `trainer_is_source`). Else it waits for the next sync:
 `ServerUnreachable` sends its requests to the other workers meanwhile (with none left, the episode fails as an
 engine failure: never scored, its group re-sampled)."""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -24,7 +26,7 @@ from sleuth.agents.openai_http import ServerUnreachable
 from sleuth.training.cluster import worker_lost
 from sleuth.training.engine import full_weights
 from sleuth.training.rollout import WeightSyncError, probe_logits
-from sleuth.training.weight_stream import Link, Rendezvous, bucket_plan, join, plan_bytes, send
+from sleuth.training.weight_stream import Bucket, Link, Rendezvous, bucket_plan, join, plan_bytes, send
 
 if TYPE_CHECKING:  # the pool holds this object: importing its module at run time would import this one back
     from sleuth.training.ray_rollout import WorkerHandle, WorkerPool
@@ -43,11 +45,11 @@ class CollectiveSync:
         self.backend = "nccl" if gpu else "gloo"
         self.rendezvous = Rendezvous(ray.util.get_node_ip_address(), pool.timeout_s)
         self.module: torch.nn.Module | None = None  # the trainer's, as of the last sync
-        self.plan: list = []  # the buckets of the last sync (names, shapes, dtypes: the same every sync)
+        self.plan: list[Bucket] = []  # the buckets of the last sync (names, shapes, dtypes: the same every sync)
         self.held: dict[int, int] = {}  # worker index: the weights id it was last verified with
         self._lock = threading.Lock()  # one generation of the group at a time
 
-    def link(self, plan: list) -> Link:
+    def link(self, plan: list[Bucket]) -> Link:
         return Link(self.rendezvous.address, self.rendezvous.port, self.rendezvous.next_prefix(), self.backend,
                     self.pool.timeout_s, plan)
 
@@ -56,8 +58,6 @@ class CollectiveSync:
 
     def sync(self, module: torch.nn.Module) -> dict[str, float]:
         """The trainer's weights to every live worker; stats of the last attempt."""
-        import time
-
         from ray.exceptions import RayError
 
         pool = self.pool
@@ -112,7 +112,7 @@ class CollectiveSync:
             out.append(refs[ref])
         return sorted(out, key=lambda h: h.index)
 
-    def _broadcast(self, link: Any, world: int, weights: dict[str, torch.Tensor], plan: list) -> str | None:
+    def _broadcast(self, link: Link, world: int, weights: dict[str, torch.Tensor], plan: list[Bucket]) -> str | None:
         """The trainer's part as rank 0; None when it went through, else why it broke (a member died: the
         group is aborted so the others stop waiting)."""
         try:
@@ -140,7 +140,7 @@ class CollectiveSync:
             if answer is not None:
                 return answer
         if self.trainer_is_source and self.module is not None:
-            def from_trainer(link: Any) -> None:
+            def from_trainer(link: Link) -> None:
                 with full_weights(self.module) as weights:
                     self._broadcast(link, 2, weights, link.plan)
 
@@ -150,7 +150,7 @@ class CollectiveSync:
         raise ServerUnreachable(f"{handle.name} (pid {pid}) restarted and no peer holds the current weights: it "
                                 "serves again after the next sync", permanent=False)
 
-    def _pair(self, handle: WorkerHandle, source: Any) -> tuple[int, torch.Tensor] | None:
+    def _pair(self, handle: WorkerHandle, source: Callable[[Link], Any]) -> tuple[int, torch.Tensor] | None:
         """`handle` receives from `source(link)` (a peer's send, or the trainer's broadcast run here) in a group of
         two; its answer, or None when the source failed."""
         from ray.exceptions import RayError
