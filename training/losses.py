@@ -74,8 +74,9 @@ class LossConfig:
                               "never clip (GSPO's paper uses 3e-4 / 4e-4, the defaults when unset)", stacklevel=2)
         _choice("loss.rollout_is", self.rollout_is, ROLLOUT_IS)
         _choice("loss.rollout_is_level", self.rollout_is_level, ROLLOUT_IS_LEVELS)
-        if not (0 <= self.eps_low < 1 and self.eps_high >= 0):
-            raise ValueError(f"loss.eps_low must be in [0, 1) and eps_high ≥ 0, got {self.eps_low}, {self.eps_high}")
+        # eps_low 1 (a lower bound of 0, which no ratio reaches) and eps_high inf turn a side's clip off
+        if not (0 <= self.eps_low <= 1 and self.eps_high >= 0):
+            raise ValueError(f"loss.eps_low must be in [0, 1] and eps_high ≥ 0, got {self.eps_low}, {self.eps_high}")
         if self.dual_clip is not None and self.dual_clip <= 1:
             raise ValueError(f"loss.dual_clip must be > 1, got {self.dual_clip}")
         if self.norm_length <= 0:

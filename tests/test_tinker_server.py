@@ -1,0 +1,153 @@
+"""`sleuth serve tinker` driven by the Tinker SDK itself (tinker 0.38.0, in its own venv: `make tinker`) and by
+tinker-cookbook's recipes, unchanged: every number the client sees is checked against transformers, against
+sleuth's losses recomputed from the served logprobs, or against the trainer's own weights."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sleuth.net import free_port, wait_healthy
+
+ROOT = Path(__file__).resolve().parents[1]
+TINKER_PY = ROOT / ".venv-tinker" / "bin" / "python"
+NAME = "local/tiny"
+pytestmark = pytest.mark.skipif(not TINKER_PY.exists(), reason="no tinker venv (make tinker builds .venv-tinker)")
+
+
+class Server:
+    def __init__(self, model_dir: str, state_dir: Path):
+        self.model_dir, self.state_dir = model_dir, state_dir
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+
+    def start(self) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "sleuth.cli", "serve", "tinker", "--model", self.model_dir,
+                                      "--name", NAME, "--port", str(port), "--state-dir", str(self.state_dir)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_healthy(self.url, 120, self.proc)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, tmp_path_factory):
+    s = Server(tiny_model_dir, tmp_path_factory.mktemp("tinker-state"))
+    s.start()
+    yield s
+    s.kill()
+
+
+def client(server: Server, scenario: str, *args: str) -> dict:
+    """A scenario of tests/tinker_client.py, run by the SDK's interpreter (-P: the repository root, whose folders
+    share names with PyPI packages, stays off sys.path)."""
+    out = subprocess.run([str(TINKER_PY), "-P", "-W", "ignore", str(ROOT / "tests" / "tinker_client.py"), scenario,
+                          server.url, NAME, server.model_dir, *args], capture_output=True, text=True, timeout=600,
+                         cwd=ROOT / "tests")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def close(a, b, tol):
+    return len(a) == len(b) and all(abs(x - y) <= tol for x, y in zip(a, b, strict=True))
+
+
+def test_training_and_sampling_through_the_sdk(server):
+    r = client(server, "train")
+    # the served logprobs are transformers' own for the same ids (position i scores target i)
+    assert close(r["forward"], r["local"], 1e-4)
+    assert r["forward_loss"] == pytest.approx(-sum(r["local"]), rel=1e-5)
+    assert r["losses"][-1] < r["losses"][0]  # cross-entropy on one datum falls over 4 Adam steps
+    # the sampler's weights are the trainer's: compute_logprobs of the saved sampler equals the trainer's forward
+    assert r["sampler_logprobs"][0] is None and close(r["sampler_logprobs"][1:], r["trained"], 1e-5)
+    assert close(r["base_logprobs"][1:], r["forward"], 1e-5)  # a base-model sampler: LoRA off
+    for (tokens, logprobs, reason), rescored in zip(r["samples"], r["rescored"], strict=True):
+        assert reason == "length" and len(tokens) == len(logprobs) == 6
+        assert close(logprobs, rescored, 1e-4)  # each sampled token's logprob, as the model scores it (T = 1)
+    assert r["resampled"] == [s[0] for s in r["samples"]]  # the same seed samples the same tokens
+    stop = r["greedy"][2]
+    assert r["stopped"] == [[r["greedy"][:r["greedy"].index(stop) + 1], "stop"]] * 2
+    assert r["prompt_logprobs"][0] is None and r["topk"][0] is None
+    for lp, top in zip(r["prompt_logprobs"][1:], r["topk"][1:], strict=True):
+        assert len(top) == 3 and top[0][1] >= top[1][1] >= top[2][1] and top[0][1] >= lp - 1e-5
+
+
+def test_each_rl_loss_is_tinkers_formula_over_the_served_logprobs(server):
+    r = client(server, "losses")
+    q, adv = r["q"], r["adv"]
+
+    def ratio_terms(lp, lo, hi, kind):
+        total = 0.0
+        for p, s, a in zip(lp, q, adv, strict=True):
+            ratio = math.exp(p - s)
+            clipped = min(max(ratio, lo), hi)
+            total += {"is": -ratio * a, "ppo": -min(ratio * a, clipped * a), "cispo": -clipped * a * p}[kind]
+        return total
+
+    assert r["importance_sampling"]["loss"] == pytest.approx(ratio_terms(r["importance_sampling"]["lp"], 0, 1e9,
+                                                                         "is"), rel=1e-4)
+    assert r["ppo"]["loss"] == pytest.approx(ratio_terms(r["ppo"]["lp"], 0.8, 1.2, "ppo"), rel=1e-4)
+    assert r["cispo"]["loss"] == pytest.approx(ratio_terms(r["cispo"]["lp"], 0.8, 1.2, "cispo"), rel=1e-4)
+    custom = r["ppo{'clip_low_threshold': 0.5, 'clip_high_threshold': 1.1}"]
+    assert custom["loss"] == pytest.approx(ratio_terms(custom["lp"], 0.5, 1.1, "ppo"), rel=1e-4)
+    # forward_backward_custom: the SDK computes Σ lp² from a forward here and trains on its gradient (weights
+    # −2·lp through cross_entropy): the surrogate it reports is Σ 2·lp², and the user's own metric comes back
+    assert r["custom"]["loss:sum"] == pytest.approx(sum(p * p for p in r["ppo"]["lp"]), rel=1e-4)
+    assert r["custom"]["surrogate_loss:sum"] == pytest.approx(2 * r["custom"]["loss:sum"], rel=1e-4)
+    assert r["custom"]["sq"] == 1.0
+
+
+def test_bad_input_gets_one_error_naming_what_to_change(server):
+    r = client(server, "errors")
+    assert "loss_fn 'dro' is not served here; use one of cross_entropy" in r["unknown_loss"]
+    assert "loss_fn_inputs['weights'] has shape [3] but model_input has" in r["length_mismatch"]
+    assert "nothing was saved at tinker://nobody:train:0/sampler_weights/none" in r["never_saved"]
+    assert f"this server serves '{NAME}'" in r["other_model"]
+    old = client(server, "old_sdk")["error"]
+    assert old.startswith("BadRequestError: Error code: 400") and "pip install tinker==0.38.0" in old
+
+
+def test_a_killed_server_resumes_from_the_last_save_state(tiny_model_dir, tmp_path):
+    s = Server(tiny_model_dir, tmp_path / "state")
+    s.start()
+    saved = client(s, "save")
+    s.kill()
+    s.start()  # a new process on the same state directory
+    try:
+        resumed = client(s, "resume", saved["path"])
+    finally:
+        s.kill()
+    assert resumed["lp"] == saved["lp"]  # the saved adapter, loaded into a new client of the new server
+
+
+@pytest.mark.parametrize("recipe, config", [
+    ("sl_loop", {"batch_size": 4, "max_steps": 3, "max_length": 64, "save_every": 2}),
+    ("rl_loop", {"batch_size": 2, "group_size": 4, "max_steps": 2, "max_tokens": 8, "save_every": 0}),
+])
+def test_tinker_cookbook_recipes_run_unchanged(server, recipe, config, tmp_path):
+    config = {**config, "log_path": str(tmp_path / recipe)}
+    env = {**os.environ, "SLEUTH_DATA": os.environ.get("SLEUTH_DATA", str(ROOT.parent / "shared" / "data"))}
+    out = subprocess.run([str(TINKER_PY), "-P", "-W", "ignore", str(ROOT / "examples" / "tinker_cookbook" /
+                          "run_recipe.py"), recipe, "--base-url", server.url, "--model-dir", server.model_dir,
+                          "--model-name", NAME, "--config", json.dumps(config)], capture_output=True, text=True,
+                         timeout=900, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / recipe / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == config["max_steps"]
+    if recipe == "sl_loop":
+        assert all(math.isfinite(row["train_mean_nll"]) and row["train_mean_nll"] > 0 for row in rows)
+    else:
+        assert all(0 <= row["reward/total"] <= 1 for row in rows)
+    final = [json.loads(line) for line in (tmp_path / recipe / "checkpoints.jsonl").read_text().splitlines()][-1]
+    assert final["name"] == "final" and final["state_path"].startswith("tinker://")
