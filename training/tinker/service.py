@@ -38,7 +38,7 @@ from sleuth.training.tinker.wire import (
 )
 
 SDK_VERSION = "0.38.0"  # the Tinker SDK release whose protocol this server speaks (tests/test_tinker_contract.py)
-POLL_HOLD_S = 20.0  # a retrieve waits this long for its result before `try_again` (the SDK's poll timeout is 45 s)
+POLL_HOLD_S = 30.0  # a retrieve waits this long for its result before `try_again` (the SDK's poll timeout is 45 s)
 KEEP_RESULTS = 4096  # finished results kept for re-reads (a client re-asks after a dropped connection)
 PROTO = "application/x-protobuf"
 _NAME = re.compile(r"^[A-Za-z0-9._\-]+$")
