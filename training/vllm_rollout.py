@@ -107,7 +107,7 @@ class VLLMRollout:
         """The served model's id and its context length (`max_model_len`, where the server reports it).
         `given`: the URL is the config's `rollout.vllm_url` (else sleuth started the server)."""
         try:
-            resp = self._send(url, "GET", "/v1/models", None)
+            resp = self.send(url, "GET", "/v1/models", None)
             model = resp.json()["data"][0]
             return model["id"], model.get("max_model_len")
         except httpx.TransportError as e:
@@ -120,7 +120,7 @@ class VLLMRollout:
             raise RolloutServerError(f"{url}/v1/models lists no served model ({type(e).__name__}: {e}): is it "
                                      "a vLLM OpenAI-compatible server? Fix rollout.vllm_url") from e
 
-    def _send(self, url: str, method: str, path: str, body: Any) -> httpx.Response:
+    def send(self, url: str, method: str, path: str, body: Any) -> httpx.Response:
         """One request to a server, retried on transient failures (each request here may be repeated)."""
         kwargs = {"json": body} if body is not None else {}
         return send_with_retries(lambda: self.http.request(method, url + path, **kwargs), kind="rollout",
@@ -155,7 +155,7 @@ class VLLMRollout:
 
     def _post(self, url: str, path: str, body: Any) -> Any:
         try:
-            resp = self._send(url, "POST", path, body)
+            resp = self.send(url, "POST", path, body)
         except httpx.TransportError as e:
             raise WeightSyncError(f"vLLM {url}{path} failed: {e}") from e
         if resp.status_code != 200:

@@ -8,9 +8,12 @@ Everything here runs on one thread (the server's worker): the active adapter is 
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -44,6 +47,18 @@ class Sampled:
     tokens: list[int]
     logprobs: list[float]
     stopped: bool
+
+
+class Sampler(Protocol):
+    """What samples for the server: the trainer's own module (`LoraModels`) or a vLLM server (`VLLMSampler`)."""
+
+    def sample(self, weights: Path | None, prompt: list[int], n: int, max_tokens: int | None, temperature: float,
+               top_p: float, top_k: int, stop: list[int] | list[str] | None, seed: int | None) -> list[Sampled]: ...
+
+    def prompt_logprobs(self, weights: Path | None, prompt: list[int], topk: int) -> tuple[np.ndarray, tuple | None]:
+        ...
+
+    def refuses(self, spec: AdapterSpec) -> str | None: ...
 
 
 class LoraModels:
@@ -248,7 +263,7 @@ class LoraModels:
 
         from sleuth.agents.hf import SampledLogprobs
 
-        self._check_prompt(prompt)
+        self.check_prompt(prompt)
         room = self.max_context - len(prompt)
         if max_tokens is not None and max_tokens > room:
             raise LossInputError(f"max_tokens {max_tokens} + {len(prompt)} prompt tokens exceed the model's context "
@@ -265,11 +280,10 @@ class LoraModels:
         if not greedy:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=max(top_k, 0))
         ids = torch.tensor([prompt] * n)  # n rows (not num_return_sequences, which greedy decoding refuses)
-        with self._active(weights):
-            if seed is not None:  # after `_active`: loading a sampler adapter draws LoRA's random init
+        with self.computing_with(weights) as model:
+            if seed is not None:  # after loading the sampler adapter, whose LoRA init draws random numbers
                 torch.manual_seed(seed)
-            out = self.peft.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs) \
-                if self.peft is not None else self.base.generate(input_ids=ids, **kwargs)
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
         new = out[:, len(prompt):]
         lps = recorder.finish(out[:, -1])
         return [self._cut(new[r].tolist(), lps[r].tolist(), stop_ids, stop_strs) for r in range(n)]
@@ -285,10 +299,9 @@ class LoraModels:
     def prompt_logprobs(self, weights: Path | None, prompt: list[int], topk: int) -> tuple[np.ndarray, tuple | None]:
         """log p(prompt[i] | prompt[:i]) per position (NaN at 0, which nothing predicts) and, for k > 0, each
         position's k most likely tokens as (ids, logprobs) of shape (len(prompt), k)."""
-        self._check_prompt(prompt)
+        self.check_prompt(prompt)
         ids = torch.tensor([prompt])
-        with self._active(weights):
-            model = self.peft if self.peft is not None else self.base
+        with self.computing_with(weights) as model:
             logsm = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), dim=-1)
         lp = np.full(len(prompt), np.nan, dtype=np.float32)
         lp[1:] = logsm.gather(-1, ids[0, 1:, None])[:, 0].numpy()
@@ -301,7 +314,7 @@ class LoraModels:
         tok_lps[1:, :top.values.shape[1]] = top.values.numpy()
         return lp, (tok_ids, tok_lps)
 
-    def _check_prompt(self, prompt: list[int]) -> None:
+    def check_prompt(self, prompt: list[int]) -> None:
         if not prompt:
             raise LossInputError("the prompt is empty")
         if min(prompt) < 0 or max(prompt) >= self.vocab:
@@ -309,15 +322,21 @@ class LoraModels:
         if len(prompt) >= self.max_context:
             raise LossInputError(f"the prompt's {len(prompt)} tokens fill the model's context of {self.max_context}")
 
-    def _active(self, weights: Path | None):
-        """A context in which the model computes with the sampler weights at `weights` (None: the base model)."""
-        import contextlib
-
+    @contextlib.contextmanager
+    def computing_with(self, weights: Path | None) -> Iterator[torch.nn.Module]:
+        """The model, computing with the sampler weights at `weights` (None: the base model) inside the block."""
         name = self._sampler(weights)
         if self.peft is None:
-            return contextlib.nullcontext()
+            yield self.base
+            return
         self.peft.eval()
         if name is None:
-            return self.peft.disable_adapter()
-        self.peft.set_adapter(name)
-        return contextlib.nullcontext()
+            with self.peft.disable_adapter():
+                yield self.peft
+        else:
+            self.peft.set_adapter(name)
+            yield self.peft
+
+    def refuses(self, spec: AdapterSpec) -> str | None:
+        """Why this sampler cannot serve adapters of `spec` (None: it can serve any)."""
+        return None

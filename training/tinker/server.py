@@ -159,7 +159,8 @@ def make_app(service: TinkerService) -> FastAPI:
     return app
 
 
-def serve(model: str, served_name: str | None, host: str, port: int, state_dir: Path) -> None:
+def serve(model: str, served_name: str | None, host: str, port: int, state_dir: Path, sampler: str = "transformers",
+          vllm_python: str | None = None) -> None:
     import uvicorn
 
     from sleuth.agents.models import EMBEDDED, EMBEDDED_HUB_ID, resolve_model
@@ -168,8 +169,17 @@ def serve(model: str, served_name: str | None, host: str, port: int, state_dir: 
     path = resolve_model(model)
     name = served_name or (EMBEDDED_HUB_ID if model == EMBEDDED else model)
     state_dir.mkdir(parents=True, exist_ok=True)
-    service = TinkerService(LoraModels(path, name), state_dir)
-    print(f"serving {name} ({path}) for tinker {SDK_VERSION} clients at http://{host}:{port}; "
-          f"checkpoints in {state_dir}", flush=True)
-    uvicorn.run(make_app(service), host=host, port=port, log_level="warning")
+    models = LoraModels(path, name)
+    engine = models
+    if sampler == "vllm":
+        from sleuth.training.tinker.vllm_sampler import VLLMSampler
+
+        engine = VLLMSampler(models, vllm_python)
+    print(f"serving {name} ({path}) for tinker {SDK_VERSION} clients at http://{host}:{port}, sampling on "
+          f"{sampler}; checkpoints in {state_dir}", flush=True)
+    try:
+        uvicorn.run(make_app(TinkerService(models, engine, state_dir)), host=host, port=port, log_level="warning")
+    finally:
+        if engine is not models:
+            engine.close()
 

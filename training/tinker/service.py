@@ -27,7 +27,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from sleuth.training.tinker.lora import AdapterSpec, LoraModels
+from sleuth.training.tinker.lora import AdapterSpec, LoraModels, Sampler
 from sleuth.training.tinker.losses import LossInputError
 from sleuth.training.tinker.wire import (
     SampledSequence,
@@ -99,10 +99,11 @@ class Jobs:
 
 
 class TinkerService:
-    """Sessions, training clients, sampling sessions and checkpoint paths over one `LoraModels`."""
+    """Sessions, training clients, sampling sessions and checkpoint paths over one `LoraModels` and a sampler."""
 
-    def __init__(self, models: LoraModels, state_dir: Path):
+    def __init__(self, models: LoraModels, sampler: Sampler, state_dir: Path):
         self.models = models
+        self.sampler = sampler
         self.state_dir = state_dir
         self.jobs = Jobs()
         self.sampling: dict[str, Path | None] = {}  # sampling session id → sampler weights (None: the base model)
@@ -141,6 +142,9 @@ class TinkerService:
             raise Refused(f"optimizer {optimizer!r} is not served here; use AdamW (the default)")
         spec = AdapterSpec(self.models.served_name, rank, lora.get("train_attn", True), lora.get("train_mlp", True),
                            lora.get("train_unembed", True))
+        why = self.sampler.refuses(spec)
+        if why:
+            raise Refused(why)
         self.models.create(model_id, spec, lora.get("seed"))
         self.created[model_id] = time.time()
         return {"model_id": model_id, "type": "create_model"}
@@ -220,13 +224,13 @@ class TinkerService:
         n = int(body.get("num_samples", 1))
         if n < 1:
             raise Refused(f"num_samples must be ≥ 1, got {n}")
-        rows = self.models.sample(weights, prompt, n, params.get("max_tokens"), float(params.get("temperature", 1.0)),
+        rows = self.sampler.sample(weights, prompt, n, params.get("max_tokens"), float(params.get("temperature", 1.0)),
                                   float(params.get("top_p", 1.0)), int(params.get("top_k", -1)), stop,
                                   params.get("seed"))
         plp, topk = None, None
         k = int(body.get("topk_prompt_logprobs") or 0)
         if body.get("prompt_logprobs") or k > 0:
-            plp, topk = self.models.prompt_logprobs(weights, prompt, k)
+            plp, topk = self.sampler.prompt_logprobs(weights, prompt, k)
         return encode_sample([SampledSequence(r.tokens, r.logprobs, r.stopped) for r in rows], plp, topk)
 
     # ---- checkpoints listing (RestClient) ------------------------------------------------------------------
