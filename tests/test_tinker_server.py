@@ -159,6 +159,8 @@ def test_a_killed_server_resumes_from_the_last_save_state(tiny_model_dir, tmp_pa
 @pytest.mark.parametrize("recipe, config", [
     ("sl_loop", {"batch_size": 4, "max_steps": 3, "max_length": 64, "save_every": 2}),
     ("rl_loop", {"batch_size": 2, "group_size": 4, "max_steps": 2, "max_tokens": 8, "save_every": 0}),
+    ("on_policy_distillation", {"teacher_model": NAME, "group_size": 2, "groups_per_batch": 2, "max_tokens": 8,
+                                "max_steps": 2, "lora_rank": 4, "save_every": 0, "eval_every": 0}),
 ])
 def test_tinker_cookbook_recipes_run_unchanged(server, recipe, config, tmp_path):
     config = {**config, "log_path": str(tmp_path / recipe)}
@@ -172,7 +174,11 @@ def test_tinker_cookbook_recipes_run_unchanged(server, recipe, config, tmp_path)
     assert len(rows) == config["max_steps"]
     if recipe == "sl_loop":
         assert all(math.isfinite(row["train_mean_nll"]) and row["train_mean_nll"] > 0 for row in rows)
-    else:
+    elif recipe == "rl_loop":
         assert all(0 <= row["reward/total"] <= 1 for row in rows)
+    else:  # the teacher is the student's own base model: the recipe's KL to it starts at 0, and its check that the
+        # sampler's logprobs are the trainer's (kl_sample_train) holds on every step
+        assert abs(rows[0]["teacher_kl"]) < 1e-4
+        assert all(abs(row["optim/kl_sample_train_v1"]) < 1e-3 for row in rows)
     final = [json.loads(line) for line in (tmp_path / recipe / "checkpoints.jsonl").read_text().splitlines()][-1]
     assert final["name"] == "final" and final["state_path"].startswith("tinker://")

@@ -1,13 +1,16 @@
 """Run one of tinker-cookbook's recipes, its code unchanged, against `sleuth serve tinker`.
 
-The recipe (`tinker_cookbook.recipes.sl_loop` or `rl_loop`) is imported and its `main(Config(...))` called as
-published. This driver supplies only what the recipe's surroundings would: the served model registered with the
-cookbook (its tokenizer from the local model directory, and `qwen3_instruct`, the ChatML renderer whose prompts
-are SmolLM2's own chat format), and, as no Hugging Face hub is reachable here, the recipe's dataset from local data:
+The recipe (`tinker_cookbook.recipes.sl_loop`, `rl_loop` or `distillation.on_policy_distillation`) is imported and
+its entry point called with its own config class, as published. This driver supplies only what the recipe's
+surroundings would: the served model registered with the cookbook (its tokenizer from the local model directory, and
+`qwen3_instruct`, the ChatML renderer whose prompts are SmolLM2's own chat format), and, as no Hugging Face hub is
+reachable here, the recipe's dataset from local data:
 - sl_loop (no_robots conversations): HotpotQA training questions with their answers as the assistant's reply
   ($SLEUTH_DATA/hotpotqa/train.jsonl);
 - rl_loop (GSM8K: a question and an answer ending in `#### N`): one-digit additions, drawn with a fixed seed,
-  which the recipe's own reward (the `\\boxed{}` answer graded against N) can score for a 135M model.
+  which the recipe's own reward (the `\\boxed{}` answer graded against N) can score for a 135M model;
+- on_policy_distillation (DeepMath prompts): the same additions' questions; the teacher is a model (or a sampler
+  checkpoint, `teacher_checkpoint`) of the same server.
 
 Run it in the venv that has tinker and tinker-cookbook (`make tinker`), beside a running server:
     .venv/bin/sleuth serve tinker --port 8004 &
@@ -18,13 +21,29 @@ Run it in the venv that has tinker and tinker-cookbook (`make tinker`), beside a
 from __future__ import annotations
 
 import argparse
-import importlib
+import asyncio
 import json
 import os
 import random
 from pathlib import Path
 
 RENDERER = "qwen3_instruct"
+RECIPES = ("sl_loop", "rl_loop", "on_policy_distillation")
+
+
+def recipe(name: str):
+    """(the recipe's config class, its entry point), imported after the patches above are in place."""
+    if name == "sl_loop":
+        from tinker_cookbook.recipes import sl_loop
+
+        return sl_loop.Config, sl_loop.main
+    if name == "rl_loop":
+        from tinker_cookbook.recipes import rl_loop
+
+        return rl_loop.Config, rl_loop.main
+    from tinker_cookbook.recipes.distillation import on_policy_distillation
+
+    return on_policy_distillation.CLIConfig, on_policy_distillation.cli_main  # a coroutine function
 
 
 def register_model(name: str, model_dir: str) -> None:
@@ -65,18 +84,20 @@ def local_datasets(data_dir: Path, n_additions: int = 4096):
             rows.append({"question": f"What is {a} + {b}?", "answer": f"{a} + {b} = {a + b}\n#### {a + b}"})
         return rows
 
-    def load_dataset(path: str, *args, **kwargs):
-        rows = {"HuggingFaceH4/no_robots": hotpot_conversations, "openai/gsm8k": additions}.get(path)
-        if rows is None:
-            raise ValueError(f"no local stand-in for the dataset {path!r} (no hub access here)")
-        return datasets.DatasetDict({"train": datasets.Dataset.from_list(rows())})
+    def load_dataset(path: str, *args, split: str | None = None, **kwargs):
+        rows = {"HuggingFaceH4/no_robots": hotpot_conversations, "openai/gsm8k": additions,
+                "zwhe99/DeepMath-103K": additions}.get(path)
+        if rows is None or split not in (None, "train"):
+            raise ValueError(f"no local stand-in for the dataset {path!r} split {split} (no hub access here)")
+        splits = datasets.DatasetDict({"train": datasets.Dataset.from_list(rows())})
+        return splits if split is None else splits[split]
 
     datasets.load_dataset = load_dataset
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("recipe", choices=["sl_loop", "rl_loop"])
+    ap.add_argument("recipe", choices=RECIPES)
     ap.add_argument("--base-url", required=True)
     ap.add_argument("--model-dir", required=True, help="the served model's directory (for its tokenizer)")
     ap.add_argument("--model-name", default="HuggingFaceTB/SmolLM2-135M-Instruct", help="the server's base_model")
@@ -85,9 +106,10 @@ def main() -> None:
     os.environ.setdefault("TINKER_API_KEY", "tml-local")  # the SDK wants a key of this form; the server reads none
     register_model(args.model_name, args.model_dir)
     local_datasets(Path(os.environ.get("SLEUTH_DATA", "../shared/data")))
-    recipe = importlib.import_module(f"tinker_cookbook.recipes.{args.recipe}")
-    config = recipe.Config(base_url=args.base_url, model_name=args.model_name, **json.loads(args.config))
-    recipe.main(config)
+    config_class, entry = recipe(args.recipe)
+    result = entry(config_class(base_url=args.base_url, model_name=args.model_name, **json.loads(args.config)))
+    if asyncio.iscoroutine(result):
+        asyncio.run(result)
 
 
 if __name__ == "__main__":
