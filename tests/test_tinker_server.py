@@ -71,6 +71,7 @@ def test_training_and_sampling_through_the_sdk(server):
     assert close(r["forward"], r["local"], 1e-4)
     assert r["forward_loss"] == pytest.approx(-sum(r["local"]), rel=1e-5)
     assert min(r["losses"][1:]) < r["losses"][0]  # cross-entropy on one datum falls under Adam steps
+    assert close(r["other"], r["forward"], 1e-5)  # another client on the same base model: untouched by that training
     # the sampler's weights are the trainer's: compute_logprobs of the saved sampler equals the trainer's forward
     assert r["sampler_logprobs"][0] is None and close(r["sampler_logprobs"][1:], r["trained"], 1e-5)
     assert close(r["base_logprobs"][1:], r["forward"], 1e-5)  # a base-model sampler: LoRA off

@@ -39,6 +39,7 @@ def local_logprobs(ids) -> list[float]:
 def train() -> dict:
     sc = tinker.ServiceClient(base_url=URL)
     tc = sc.create_lora_training_client(base_model=NAME, rank=4, seed=0, train_unembed=ARG != "vllm")
+    other = sc.create_lora_training_client(base_model=NAME, rank=8, train_unembed=ARG != "vllm")  # a second client
     ce = datum(IDS, weights=[1.0] * (len(IDS) - 1))
     first = tc.forward([ce], "cross_entropy").result()
     out = {"forward": first.loss_fn_outputs[0]["logprobs"].tolist(), "local": local_logprobs(IDS),
@@ -48,6 +49,7 @@ def train() -> dict:
         tc.optim_step(types.AdamParams(learning_rate=1e-2)).result()
         out["losses"].append(fb.metrics["loss:sum"])
     trained = tc.forward([ce], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
+    out["other"] = other.forward([ce], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
     sampler = tc.save_weights_and_get_sampling_client()
     prompt = types.ModelInput.from_ints(IDS[:5])
     s = sampler.sample(prompt, 3, types.SamplingParams(max_tokens=6, temperature=1.0, seed=7)).result()
