@@ -6,12 +6,15 @@ import argparse
 import json
 import os
 import sys
+from importlib.metadata import version as package_version
 from pathlib import Path
 
 from sleuth.cli_args import bounded, one_line, output_dir
 from sleuth.cli_args import fail as _fail
 from sleuth.cli_args import parse_kv as _kv
+from sleuth.cli_doctor import add_doctor_parser
 from sleuth.cli_eval import add_eval_parser
+from sleuth.cli_examples import add_examples
 from sleuth.cli_train import add_training_parsers
 
 
@@ -273,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     verifiers = ", ".join(VERIFIERS.names())  # plugins' included
     p = argparse.ArgumentParser(prog="sleuth", description=__doc__)
+    p.add_argument("--version", action="version", version=f"sleuth {package_version('sleuth')}")
     # The deepspeed launcher puts --local_rank=N before the subcommand (LOCAL_RANK is also in the environment).
     p.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)
     p.set_defaults(on_interrupt="interrupted")  # a command whose finished work resumes says how instead
@@ -382,6 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--test-deps", default="", help="comma list of extra requirements its tests need")
     bs.set_defaults(fn=cmd_build_swe)
     add_training_parsers(sub)
+    add_doctor_parser(sub)
+    add_examples(p)
     return p
 
 
