@@ -76,3 +76,22 @@ def test_a_loss_this_server_does_not_compute_is_refused_naming_the_ones_it_does(
         check_loss("ppo", {"beta": 0.05})
     with pytest.raises(LossInputError, match="clip_low_threshold ≤ 1"):
         check_loss("cispo", {"clip_low_threshold": 1.5})
+
+
+def test_an_input_the_loss_would_not_read_is_refused_not_ignored(tiny_model_dir):
+    """Per-token clip thresholds (the SDK lets a datum carry them) would be silently ignored otherwise."""
+    import numpy as np
+
+    from sleuth.training.tinker.lora import AdapterSpec, LoraModels
+    from sleuth.training.tinker.wire import WireDatum
+
+    models = LoraModels(tiny_model_dir, "local/tiny")
+    models.create("m", AdapterSpec("local/tiny", 2))
+    ids = np.arange(5, 10)
+    inputs = {"target_tokens": ids, "logprobs": np.zeros(5, np.float32), "advantages": np.ones(5, np.float32),
+              "clip_low_threshold": np.full(5, 0.5, np.float32)}
+    with pytest.raises(LossInputError, match=r"\['clip_low_threshold'\] are not read by ppo"):
+        models.forward_backward("m", [WireDatum(ids, inputs)], "ppo", {}, False)
+    del inputs["clip_low_threshold"]
+    outputs, metrics = models.forward_backward("m", [WireDatum(ids, inputs)], "ppo", {}, False)
+    assert outputs[0]["logprobs"].shape == (5,) and "loss:sum" in metrics

@@ -143,6 +143,10 @@ class LoraModels:
         missing = [k for k in REQUIRED[loss_fn] if k not in d.inputs]
         if missing:
             raise LossInputError(f"datum {i}: {loss_fn} needs loss_fn_inputs {', '.join(missing)}")
+        unread = sorted(set(d.inputs) - set(REQUIRED[loss_fn]))
+        if unread:  # e.g. per-token clip thresholds: silently ignoring them would train another objective
+            raise LossInputError(f"datum {i}: loss_fn_inputs {unread} are not read by {loss_fn} here (it reads "
+                                 f"{', '.join(REQUIRED[loss_fn])}; clip thresholds go in loss_fn_config)")
         for k, v in d.inputs.items():
             if v.shape != (n,):
                 raise LossInputError(f"datum {i}: loss_fn_inputs[{k!r}] has shape {list(v.shape)} but model_input "
