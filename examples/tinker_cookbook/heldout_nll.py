@@ -15,7 +15,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-
 from run_recipe import RENDERER, register_model
 
 
