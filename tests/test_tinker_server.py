@@ -10,9 +10,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from procs import alive, descendants
 
 from sleuth.net import free_port, wait_healthy
 from sleuth.training.vllm_rollout import default_vllm_python
@@ -96,7 +98,13 @@ def test_the_vllm_sampler_serves_the_trainers_weights(tiny_model_dir, tmp_path):
         r = client(s, "train", "vllm")
         refused = client(s, "errors")["tied_unembed"]
     finally:
+        engine = descendants(s.proc.pid, "vllm") + descendants(s.proc.pid, "VLLM::")
         s.kill()
+    # a killed server takes its vLLM server (and that one its engine core) with it: nothing holds the memory
+    deadline = time.monotonic() + 60
+    while any(alive(pid) for pid in engine) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert engine and not [pid for pid in engine if alive(pid)]
     assert close(r["forward"], r["local"], 1e-4)
     assert r["sampler_logprobs"][0] is None and close(r["sampler_logprobs"][1:], r["trained"], 1e-3)
     assert close(r["base_logprobs"][1:], r["forward"], 1e-3)

@@ -100,7 +100,8 @@ class VLLMRollout:
         if torch.cuda.is_available():
             cmd += ["--gpu-memory-utilization", os.environ.get("SLEUTH_VLLM_GPU_MEM", "0.3")]
         log = open(Path(tempfile.gettempdir()) / f"sleuth-vllm-{port}.log", "w")  # noqa: SIM115 (lives with the server)
-        self.procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        self.procs.append(subprocess.Popen(supervised(python, cmd), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                           start_new_session=True))
         return f"http://127.0.0.1:{port}", log.name
 
     def _served_model(self, url: str, given: bool) -> tuple[str, int | None]:
@@ -172,6 +173,12 @@ class VLLMRollout:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
         self.procs = []
+
+
+def supervised(python: str, cmd: list[str]) -> list[str]:
+    """`cmd` run so that the server's whole process group dies with the process that starts it (a killed trainer
+    or Tinker server leaves no vLLM engine holding memory): start it with `start_new_session=True`."""
+    return [python, str(EXTENSION_DIR / "sleuth_die_with_parent.py"), *cmd]
 
 
 def server_env() -> dict[str, str]:
