@@ -10,9 +10,9 @@ router over all workers, as for vLLM servers started locally) and the weights to
 Why a supervised server and not Ray's per-actor interpreter (`runtime_env: py_executable`): an actor running in
 vLLM's virtualenv needs Ray at the driver's exact version and sleuth importable beside vLLM's pinned torch and
 transformers; a supervised server needs neither, and keeps vLLM's own server, scheduler and tensor-parallel
-launcher as they are. The two live and die together: the server's whole process group is killed when the actor's
-process dies (`vllm_rollout.supervised`), and the actor exits (killing what is left of that group) when the server
-dies, so that Ray's restart of the actor is a restart of the engine (counted in `cluster/restarts`).
+launcher as they are. The two live and die together: the server gets SIGKILL when the actor's process dies
+(`PR_SET_PDEATHSIG`), and the actor exits when the server dies, so that Ray's restart of the actor is a restart of
+the engine (counted in `cluster/restarts`).
 
 Weights: the actor receives them (object store, or the collective group in buckets: `update.sync_transport`),
 writes them to a file in its node's shared memory and has its server load that file (`/collective_rpc`, as
@@ -25,6 +25,7 @@ the current weights and has been verified."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -43,8 +44,14 @@ from sleuth.net import free_port, wait_healthy
 from sleuth.training.engine import DIST_VARS
 from sleuth.training.ray_rollout import WorkerHandle, WorkerPool
 from sleuth.training.rollout import WeightSyncError
-from sleuth.training.vllm_rollout import servable, server_env, supervised, vllm_command
+from sleuth.training.vllm_rollout import servable, server_env, vllm_command
 from sleuth.training.weight_stream import Link, join, receive, send
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # in the child, before exec: Linux delivers SIGKILL when the actor dies
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class RolloutWorker:
@@ -64,13 +71,12 @@ class RolloutWorker:
         env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | server_env()
         env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")
         log = Path(tempfile.gettempdir()) / f"sleuth-vllm-ray-{port}.log"
-        # its own process group, killed whole when this actor dies (`supervised`)
-        self.proc = subprocess.Popen(supervised(python, cmd), env=env, stdout=open(log, "w"),  # noqa: SIM115
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
+                                     preexec_fn=_die_with_parent)
         try:
             wait_healthy(self.url, timeout_s=start_timeout_s, proc=self.proc)
         except (TimeoutError, RuntimeError) as e:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.kill()
             raise RuntimeError(f"the vLLM server did not come up ({e}); its log: {log}") from None
         threading.Thread(target=self._watch, daemon=True, name="sleuth-vllm-watch").start()
         shm = Path("/dev/shm")
@@ -81,8 +87,6 @@ class RolloutWorker:
 
     def _watch(self) -> None:
         self.proc.wait()
-        with contextlib.suppress(OSError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # what is left of the server (its engine core)
         with contextlib.suppress(OSError):
             self.file.unlink()
         os._exit(1)  # the engine is gone: so is this actor, and Ray restarts both

@@ -3,8 +3,10 @@ process that started this one dies, however it dies (SIGKILL included).
 
 A vLLM server is several processes (the API server, its engine core, workers, a resource tracker); Linux's
 PR_SET_PDEATHSIG reaches only the direct child, and the engine core outlives a killed API server holding its
-memory. Here the parent's death arrives as SIGTERM, and the handler kills the group. The caller starts this
-process in a new session (its own group). Standard library only: it runs with vLLM's Python."""
+memory. Here the parent's death arrives as SIGTERM, and the handler kills the group; should this process itself
+be SIGKILLed, the API server gets SIGKILL (its own PR_SET_PDEATHSIG). The caller starts this process in a new
+session (its own group). Standard library only: it runs with vLLM's Python. (Ray rollout workers do not use it:
+their server stays in the actor's process group, which Ray kills whole; training/ray_vllm.py.)"""
 
 import ctypes
 import os
@@ -21,7 +23,11 @@ def main() -> int:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent:  # it died before the request took effect
         os.killpg(0, signal.SIGKILL)
-    return subprocess.Popen(sys.argv[1:]).wait()
+    return subprocess.Popen(sys.argv[1:], preexec_fn=_die_with_this).wait()
+
+
+def _die_with_this() -> None:  # in the server's process, before exec
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 if __name__ == "__main__":
