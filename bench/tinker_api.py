@@ -9,7 +9,7 @@
 2. Per-call overhead of the server: a `forward_backward` + `optim_step` on one 64-token datum and a one-token
    `sample`, through the SDK and HTTP, against the same calls on the server's model object in this process.
 
-Run: `.venv/bin/python bench/tinker.py [--steps 4]` (needs `make tinker`). Prints a Markdown report and keeps it in
+Run: `.venv/bin/python bench/tinker_api.py [--steps 4]` (not `tinker.py`: the script's folder comes first on sys.path and would shadow the SDK) (needs `make tinker`). Prints a Markdown report and keeps it in
 runs/bench/tinker.md."""
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def main() -> None:
     ap.add_argument("--steps", type=bounded(int, 2), default=4)
     args = ap.parse_args()
     if not TINKER_PY.exists():
-        sys.exit("bench/tinker.py needs the tinker SDK's venv: make tinker")
+        sys.exit("bench/tinker_api.py needs the tinker SDK's venv: make tinker")
     model_dir = str(embedded_model_dir())
     port = free_port()
     url = f"http://127.0.0.1:{port}"
