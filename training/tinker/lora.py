@@ -78,6 +78,8 @@ class LoraModels:
         self.samplers: list[str] = []  # loaded sampler adapters, oldest first
         self._names: dict[str, str] = {}  # client model id or sampler dir → adapter name (no dots)
         self._made = 0  # adapters made so far: names are never reused
+        self._merged: torch.nn.Module | None = None  # `merged`'s copy of the model, and whose weights it holds
+        self._merged_from: Path | None = None
 
     # ---- adapters -------------------------------------------------------------------------------------------
     def _adapter(self, key: str, spec: AdapterSpec) -> str:
@@ -284,7 +286,7 @@ class LoraModels:
         if not greedy:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=max(top_k, 0))
         ids = torch.tensor([prompt] * n)  # n rows (not num_return_sequences, which greedy decoding refuses)
-        with self.computing_with(weights) as model:
+        with self.merged(weights) as model:
             if seed is not None:  # after loading the sampler adapter, whose LoRA init draws random numbers
                 torch.manual_seed(seed)
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
@@ -305,7 +307,7 @@ class LoraModels:
         position's k most likely tokens as (ids, logprobs) of shape (len(prompt), k)."""
         self.check_prompt(prompt)
         ids = torch.tensor([prompt])
-        with self.computing_with(weights) as model:
+        with self.merged(weights) as model:
             logsm = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), dim=-1)
         lp = np.full(len(prompt), np.nan, dtype=np.float32)
         lp[1:] = logsm.gather(-1, ids[0, 1:, None])[:, 0].numpy()
@@ -340,6 +342,26 @@ class LoraModels:
         else:
             self.peft.set_adapter(name)
             yield self.peft
+
+    @contextlib.contextmanager
+    def merged(self, weights: Path | None) -> Iterator[torch.nn.Module]:
+        """A plain copy of the model holding the sampler weights at `weights` merged in (LoRA folded into each
+        base weight, as a sync to a rollout engine sends them): generation through peft's unmerged layers costs
+        one more small module call per adapted layer and token, most of a CPU decode step. One set of weights
+        is held at a time; naming another reloads it."""
+        if self._merged is None:
+            self._merged = load_causal_lm(self.model_dir, self.base.dtype).eval()
+            head = self._merged.get_output_embeddings()
+            if head.weight is self._merged.get_input_embeddings().weight:  # an lm_head adapter merges into the head
+                head.weight = torch.nn.Parameter(head.weight.detach().clone())  # alone: the copy's are untied
+                self._merged.config.tie_word_embeddings = False
+        if self._merged_from != weights:
+            from sleuth.training.engine import full_weights
+
+            with self.computing_with(weights) as model, full_weights(model) as plain:
+                self._merged.load_state_dict(plain, strict=True)
+            self._merged_from = weights
+        yield self._merged
 
     def refuses(self, spec: AdapterSpec) -> str | None:
         """Why this sampler cannot serve adapters of `spec` (None: it can serve any)."""
