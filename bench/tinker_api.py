@@ -9,8 +9,9 @@
 2. Per-call overhead of the server: a `forward_backward` + `optim_step` on one 64-token datum and a one-token
    `sample`, through the SDK and HTTP, against the same calls on the server's model object in this process.
 
-Run: `.venv/bin/python bench/tinker_api.py [--steps 4]` (not `tinker.py`: the script's folder comes first on sys.path and would shadow the SDK) (needs `make tinker`). Prints a Markdown report and keeps it in
-runs/bench/tinker.md."""
+Run: `.venv/bin/python bench/tinker_api.py [--steps 4]` (needs `make tinker`). Prints a Markdown report and keeps
+it in runs/bench/tinker.md. (Not named `tinker.py`: a script's folder comes first on sys.path and would shadow the
+SDK.)"""
 
 from __future__ import annotations
 
