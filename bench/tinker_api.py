@@ -77,7 +77,7 @@ def in_process(model_dir: str) -> dict[str, list[float]]:
         models.optim_step("m", 1e-5, 0.9, 0.95, 1e-12, 0.0, 0.0)
         out["train"].append(time.perf_counter() - t)
         t = time.perf_counter()
-        models.sample(None, ids.tolist(), 1, 1, 1.0, 1.0, -1, None, None)
+        models.sample(None, [ids.tolist()], [1], 1, 1.0, 1.0, -1, None, None)
         out["sample"].append(time.perf_counter() - t)
     return {k: v[1:] for k, v in out.items()}
 

@@ -52,8 +52,11 @@ class Sampled:
 class Sampler(Protocol):
     """What samples for the server: the trainer's own module (`LoraModels`) or a vLLM server (`VLLMSampler`)."""
 
-    def sample(self, weights: Path | None, prompt: list[int], n: int, max_tokens: int | None, temperature: float,
-               top_p: float, top_k: int, stop: list[int] | list[str] | None, seed: int | None) -> list[Sampled]: ...
+    def sample(self, weights: Path | None, prompts: list[list[int]], ns: list[int], max_tokens: int | None,
+               temperature: float, top_p: float, top_k: int, stop: list[int] | list[str] | None,
+               seed: int | None) -> list[list[Sampled]]:
+        """`ns[i]` samples of each prompt `prompts[i]`, as one batch where the sampler can."""
+        ...
 
     def prompt_logprobs(self, weights: Path | None, prompt: list[int], topk: int) -> tuple[np.ndarray, tuple | None]:
         ...
@@ -263,16 +266,20 @@ class LoraModels:
         return self._names[key]
 
     @torch.no_grad()
-    def sample(self, weights: Path | None, prompt: list[int], n: int, max_tokens: int | None, temperature: float,
-               top_p: float, top_k: int, stop: list[int] | list[str] | None, seed: int | None) -> list[Sampled]:
+    def sample(self, weights: Path | None, prompts: list[list[int]], ns: list[int], max_tokens: int | None,
+               temperature: float, top_p: float, top_k: int, stop: list[int] | list[str] | None,
+               seed: int | None) -> list[list[Sampled]]:
+        """One generation over every row (each prompt `ns[i]` times, left-padded to the longest)."""
         from transformers import LogitsProcessorList
 
         from sleuth.agents.hf import SampledLogprobs
 
-        self.check_prompt(prompt)
-        room = self.max_context - len(prompt)
+        for prompt in prompts:
+            self.check_prompt(prompt)
+        width = max(len(p) for p in prompts)
+        room = self.max_context - width
         if max_tokens is not None and max_tokens > room:
-            raise LossInputError(f"max_tokens {max_tokens} + {len(prompt)} prompt tokens exceed the model's context "
+            raise LossInputError(f"max_tokens {max_tokens} + {width} prompt tokens exceed the model's context "
                                  f"of {self.max_context}")
         stop_ids = [self.tokenizer.eos_token_id] if stop is None else [s for s in stop if isinstance(s, int)]
         stop_strs = [s for s in (stop or []) if isinstance(s, str)]
@@ -285,14 +292,21 @@ class LoraModels:
             kwargs.update(stop_strings=stop_strs, tokenizer=self.tokenizer)
         if not greedy:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=max(top_k, 0))
-        ids = torch.tensor([prompt] * n)  # n rows (not num_return_sequences, which greedy decoding refuses)
+        # n rows per prompt (not num_return_sequences, which greedy decoding refuses), left-padded
+        rows = [p for p, n in zip(prompts, ns, strict=True) for _ in range(n)]
+        ids = torch.full((len(rows), width), kwargs["pad_token_id"], dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, p in enumerate(rows):
+            ids[r, width - len(p):], mask[r, width - len(p):] = torch.tensor(p), 1
         with self.merged(weights) as model:
             if seed is not None:  # after loading the sampler adapter, whose LoRA init draws random numbers
                 torch.manual_seed(seed)
-            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
-        new = out[:, len(prompt):]
+            out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        new = out[:, width:]
         lps = recorder.finish(out[:, -1])
-        return [self._cut(new[r].tolist(), lps[r].tolist(), stop_ids, stop_strs) for r in range(n)]
+        cut = [self._cut(new[r].tolist(), lps[r].tolist(), stop_ids, stop_strs) for r in range(len(rows))]
+        ends = np.cumsum([0, *ns])
+        return [cut[ends[i]:ends[i + 1]] for i in range(len(ns))]
 
     def _cut(self, toks: list[int], lps: list[float], stop_ids: list[int], stop_strs: list[str]) -> Sampled:
         """A row up to and including its first stop token or the token that completes a stop string."""

@@ -20,7 +20,7 @@ def add_routes(app: FastAPI, svc: TinkerService) -> None:
 
     def future(request: Request, run: Callable[[], Any], **extra: Any) -> dict:
         rid = svc.jobs.submit(run, request.headers.get("x-idempotency-key"))
-        return {"request_id": rid, **{k: v(rid) if callable(v) else v for k, v in extra.items()}}
+        return {"request_id": rid, **extra}
 
     def now(run: Callable[[], dict]) -> Any:
         try:
@@ -103,11 +103,14 @@ def add_routes(app: FastAPI, svc: TinkerService) -> None:
         return {"sampler_id": sampler_id, "base_model": svc.models.served_name, "model_path": path}
 
     @app.post(f"{api}/asample")
-    async def asample(request: Request) -> dict:
+    async def asample(request: Request) -> Any:
         body = await request.json()
-        n = int(body.get("num_samples", 1))
-        return future(request, lambda: svc.sample(body), sample_sequence_ids=lambda rid: [f"{rid}-{i}" for i in
-                                                                                          range(n)])
+        try:
+            call = svc.sample_call(body)
+        except Refused as e:
+            return refused(str(e))
+        rid = svc.jobs.submit(call, request.headers.get("x-idempotency-key"))
+        return {"request_id": rid, "sample_sequence_ids": [f"{rid}-{i}" for i in range(call.n)]}
 
     @app.post(f"{api}/retrieve_future")
     async def retrieve(request: Request) -> Any:

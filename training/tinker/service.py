@@ -14,7 +14,7 @@ server serves the checkpoints of the one before it (`create_training_client_from
 
 from __future__ import annotations
 
-import queue
+import collections
 import re
 import threading
 import time
@@ -48,54 +48,104 @@ class Refused(ValueError):
     """A call this server refuses: answered 400 with the message (nothing changed)."""
 
 
+@dataclass(frozen=True)
+class SampleCall:
+    """One `sample` request, parsed: calls with equal `batch_key` are generated together."""
+    weights: Path | None
+    prompt: tuple[int, ...]
+    n: int
+    params: tuple  # (max_tokens, temperature, top_p, top_k, stop, seed): the sampler's arguments after `ns`
+    topk: int  # top-k prompt logprobs wanted (0: none)
+    prompt_logprobs: bool
+
+    @property
+    def batch_key(self) -> tuple | None:
+        """None for a call that runs alone: a seeded one (its own random stream) or one with prompt logprobs."""
+        seeded = self.params[-1] is not None
+        return None if seeded or self.prompt_logprobs or self.topk else (self.weights, self.params)
+
+
 @dataclass
 class Job:
-    run: Callable[[], Any]
+    run: Callable[[], Any] | None  # None for a sample call, which the worker may batch with the next ones
+    sample: SampleCall | None = None
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None  # a JSON-able dict, or bytes (protobuf)
     error: str | None = None
     category: str = "user"
 
+    def fail(self, e: Exception) -> None:
+        if isinstance(e, (LossInputError, WireError, Refused)):
+            self.error = str(e)
+        else:  # the server's own failure: reported to the client, the worker goes on
+            self.error, self.category = f"{type(e).__name__}: {e}", "server"
+
 
 class Jobs:
-    """The worker thread and the results it produced, by request id."""
+    """The worker thread and the results it produced, by request id. Jobs run in arrival order; sample calls that
+    arrive in a row with the same weights and parameters run as one generation (`run_samples`): an RL loop sends
+    a step's prompts as separate calls, and one batch of their rows costs far less than one generation each."""
 
-    def __init__(self) -> None:
-        self._queue: queue.Queue[tuple[str, Job]] = queue.Queue()
+    def __init__(self, run_samples: Callable[[list[SampleCall]], list[bytes]]) -> None:
+        self._run_samples = run_samples
+        self._pending: collections.deque[Job] = collections.deque()
+        self._ready = threading.Condition()
         self._jobs: dict[str, Job] = {}
         self._order: list[str] = []
         self._by_key: dict[str, str] = {}  # X-Idempotency-Key → request id: a re-sent POST is not run twice
         self._lock = threading.Lock()
         threading.Thread(target=self._work, daemon=True, name="tinker-worker").start()
 
-    def submit(self, run: Callable[[], Any], key: str | None) -> str:
+    def submit(self, run: Callable[[], Any] | SampleCall, key: str | None) -> str:
         with self._lock:
             if key and key in self._by_key:
                 return self._by_key[key]
             rid = f"req-{uuid.uuid4().hex[:16]}"
-            self._jobs[rid] = job = Job(run)
+            self._jobs[rid] = job = Job(None, run) if isinstance(run, SampleCall) else Job(run)
             self._order.append(rid)
             if key:
                 self._by_key[key] = rid
             while len(self._order) > KEEP_RESULTS and self._jobs[self._order[0]].done.is_set():
                 self._jobs.pop(self._order.pop(0))
-        self._queue.put((rid, job))
+        with self._ready:
+            self._pending.append(job)
+            self._ready.notify()
         return rid
 
     def get(self, rid: str) -> Job | None:
         with self._lock:
             return self._jobs.get(rid)
 
+    def _next(self) -> list[Job]:
+        with self._ready:
+            while not self._pending:
+                self._ready.wait()
+            batch = [self._pending.popleft()]
+            key = batch[0].sample.batch_key if batch[0].sample is not None else None
+            while key is not None and self._pending and self._pending[0].sample is not None and \
+                    self._pending[0].sample.batch_key == key:
+                batch.append(self._pending.popleft())
+            return batch
+
     def _work(self) -> None:
         while True:
-            _, job = self._queue.get()
+            batch = self._next()
             try:
-                job.result = job.run()
-            except (LossInputError, WireError, Refused) as e:
-                job.error = str(e)
-            except Exception as e:  # the server's own failure: reported to the client, the worker goes on
-                job.error, job.category = f"{type(e).__name__}: {e}", "server"
-            job.done.set()
+                results = [batch[0].run()] if batch[0].run is not None else \
+                    self._run_samples([j.sample for j in batch])
+                for job, result in zip(batch, results, strict=True):
+                    job.result = result
+            except Exception as e:
+                if len(batch) == 1:
+                    batch[0].fail(e)
+                else:  # which call failed: each alone
+                    for job in batch:
+                        try:
+                            job.result = self._run_samples([job.sample])[0]
+                        except Exception as one:
+                            job.fail(one)
+            for job in batch:
+                job.done.set()
 
 
 class TinkerService:
@@ -105,7 +155,7 @@ class TinkerService:
         self.models = models
         self.sampler = sampler
         self.state_dir = state_dir
-        self.jobs = Jobs()
+        self.jobs = Jobs(self.run_samples)
         self.sampling: dict[str, Path | None] = {}  # sampling session id → sampler weights (None: the base model)
         self.created: dict[str, float] = {}  # training run id → last request time
 
@@ -211,27 +261,34 @@ class TinkerService:
                           f"{self.models.served_name!r}")
         return {"type": "create_sampling_session", "sampling_session_id": sid}
 
-    def sample(self, body: dict) -> bytes:
+    def sample_call(self, body: dict) -> SampleCall:
         sid = body["sampling_session_id"]
         if sid not in self.sampling:
             raise Refused(f"no sampling session {sid!r} on this server (a restarted server forgets sessions: "
                           "create the sampling client again)")
-        weights = self.sampling[sid]
-        prompt = [t for c in body["prompt"]["chunks"] for t in _text_chunk(c)]
         params = body.get("sampling_params") or {}
         stop = params.get("stop")
-        stop = [stop] if isinstance(stop, str) else stop
+        stop = (stop,) if isinstance(stop, str) else None if stop is None else tuple(stop)
         n = int(body.get("num_samples", 1))
         if n < 1:
             raise Refused(f"num_samples must be ≥ 1, got {n}")
-        rows = self.sampler.sample(weights, prompt, n, params.get("max_tokens"), float(params.get("temperature", 1.0)),
-                                  float(params.get("top_p", 1.0)), int(params.get("top_k", -1)), stop,
-                                  params.get("seed"))
-        plp, topk = None, None
-        k = int(body.get("topk_prompt_logprobs") or 0)
-        if body.get("prompt_logprobs") or k > 0:
-            plp, topk = self.sampler.prompt_logprobs(weights, prompt, k)
-        return encode_sample([SampledSequence(r.tokens, r.logprobs, r.stopped) for r in rows], plp, topk)
+        return SampleCall(self.sampling[sid], tuple(t for c in body["prompt"]["chunks"] for t in _text_chunk(c)), n,
+                          (params.get("max_tokens"), float(params.get("temperature", 1.0)),
+                           float(params.get("top_p", 1.0)), int(params.get("top_k", -1)), stop, params.get("seed")),
+                          int(body.get("topk_prompt_logprobs") or 0), bool(body.get("prompt_logprobs")))
+
+    def run_samples(self, calls: list[SampleCall]) -> list[bytes]:
+        """Calls with one batch key (or a single call), generated together; each answered on its own."""
+        max_tokens, temperature, top_p, top_k, stop, seed = calls[0].params
+        rows = self.sampler.sample(calls[0].weights, [list(c.prompt) for c in calls], [c.n for c in calls],
+                                   max_tokens, temperature, top_p, top_k, None if stop is None else list(stop), seed)
+        out = []
+        for call, sampled in zip(calls, rows, strict=True):
+            plp, topk = None, None
+            if call.prompt_logprobs or call.topk > 0:
+                plp, topk = self.sampler.prompt_logprobs(call.weights, list(call.prompt), call.topk)
+            out.append(encode_sample([SampledSequence(r.tokens, r.logprobs, r.stopped) for r in sampled], plp, topk))
+        return out
 
     # ---- checkpoints listing (RestClient) ------------------------------------------------------------------
     def checkpoints(self, run: str) -> list[dict]:

@@ -53,8 +53,15 @@ class VLLMSampler:
                     "--sampler transformers")
         return None
 
-    def sample(self, weights: Path | None, prompt: list[int], n: int, max_tokens: int | None, temperature: float,
-               top_p: float, top_k: int, stop: list[int] | list[str] | None, seed: int | None) -> list[Sampled]:
+    def sample(self, weights: Path | None, prompts: list[list[int]], ns: list[int], max_tokens: int | None,
+               temperature: float, top_p: float, top_k: int, stop: list[int] | list[str] | None,
+               seed: int | None) -> list[list[Sampled]]:
+        """One request per prompt: the server batches them itself."""
+        return [self._sample(weights, p, n, max_tokens, temperature, top_p, top_k, stop, seed)
+                for p, n in zip(prompts, ns, strict=True)]
+
+    def _sample(self, weights: Path | None, prompt: list[int], n: int, max_tokens: int | None, temperature: float,
+                top_p: float, top_k: int, stop: list[int] | list[str] | None, seed: int | None) -> list[Sampled]:
         self.models.check_prompt(prompt)
         self._load(weights)
         stop_ids = [s for s in (stop or []) if isinstance(s, int)]
