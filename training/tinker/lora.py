@@ -186,7 +186,7 @@ class LoraModels:
             mask[b, :len(d.tokens)] = 1
         logits = self.peft(input_ids=ids, attention_mask=mask.long()).logits
         # scored_logprobs reads position t's target at t + 1 of its id tensor (next-token alignment): the targets
-        # are shifted in behind one dummy column
+        # are shifted right by one column (column 0 is masked out and never scored)
         shifted_ids = torch.cat([torch.zeros(len(part), 1, dtype=torch.long), targets], dim=1)
         shifted_mask = torch.cat([torch.zeros(len(part), 1), mask], dim=1)
         lp, _ = scored_logprobs(logits[mask.bool()], shifted_ids, shifted_mask)
