@@ -115,26 +115,32 @@ tinker: $(TINKER_STAMP)
 # warm start, warm start → RL, untrained → RL → the untrained and the trained model on MuSiQue questions
 # (another dataset, never trained on: 20 paragraphs per question, 2–4 hops) and their paired comparison.
 # Re-running continues where it stopped (finished episodes and checkpoints are kept).
+# Each stage's wall time goes to runs/main/stages.jsonl; `sleuth summary` ends the job with what it showed.
+TIMED = $(PY) install/timed.py runs/main/stages.jsonl
+EVAL = $(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --limit $(LIMIT)
+
 run: setup
-	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
-		--policy oracle,first-k,random,lexical --harness json --out runs/main/json
-	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
-		--policy oracle,first-k,random,lexical,smollm2 --harness text --out runs/main
-	$(VENV)/bin/sleuth sft --config configs/docread_sft.yaml --out runs/main/sft --resume
-	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
-		--policy runs/main/sft/hf --harness text --out runs/main/sft-text
+	$(TIMED) baselines-json -- $(EVAL) --tasks hotpotqa:test --policy oracle,first-k,random,lexical --harness json \
+		--out runs/main/json
+	$(TIMED) baselines-and-untrained -- $(EVAL) --tasks hotpotqa:test --policy oracle,first-k,random,lexical,smollm2 \
+		--harness text --out runs/main
+	$(TIMED) warm-start-sft -- $(VENV)/bin/sleuth sft --config configs/docread_sft.yaml --out runs/main/sft --resume
+	$(TIMED) warm-start-eval -- $(EVAL) --tasks hotpotqa:test --policy runs/main/sft/hf --harness text \
+		--out runs/main/sft-text
 	$(VENV)/bin/sleuth compare runs/main/smollm2-text runs/main/sft-text --out runs/main/warm-start
-	$(VENV)/bin/sleuth train --config configs/docread_cigpo.yaml --out runs/main/train --max-steps $(STEPS) --resume \
-		--set model=runs/main/sft/hf
-	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit $(LIMIT) \
-		--policy runs/main/train/hf --harness text --out runs/main/trained-text
+	$(TIMED) rl-train -- $(VENV)/bin/sleuth train --config configs/docread_cigpo.yaml --out runs/main/train \
+		--max-steps $(STEPS) --resume --set model=runs/main/sft/hf
+	$(TIMED) rl-eval -- $(EVAL) --tasks hotpotqa:test --policy runs/main/train/hf --harness text \
+		--out runs/main/trained-text
 	$(VENV)/bin/sleuth compare runs/main/sft-text runs/main/trained-text --out runs/main/rl-vs-warm-start
 	$(VENV)/bin/sleuth compare runs/main/smollm2-text runs/main/trained-text --out runs/main/before-after
-	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks musique:dev --limit $(LIMIT) \
-		--policy smollm2 --harness text --out runs/main/musique-untrained
-	$(VENV)/bin/sleuth eval --env sleuth/DocRead-v0 --tasks musique:dev --limit $(LIMIT) \
-		--policy runs/main/train/hf --harness text --out runs/main/musique-trained
-	$(VENV)/bin/sleuth compare runs/main/musique-untrained runs/main/musique-trained --out runs/main/musique-before-after
+	$(TIMED) musique-eval -- $(EVAL) --tasks musique:dev --policy smollm2 --harness text \
+		--out runs/main/musique-untrained
+	$(TIMED) musique-eval-rl -- $(EVAL) --tasks musique:dev --policy runs/main/train/hf --harness text \
+		--out runs/main/musique-trained
+	$(VENV)/bin/sleuth compare runs/main/musique-untrained runs/main/musique-trained \
+		--out runs/main/musique-before-after
+	$(VENV)/bin/sleuth summary runs/main
 
 test: setup vllm verl verifiers tinker
 	$(PY) -m pytest -q -n 2 --dist loadfile

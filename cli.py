@@ -44,6 +44,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_summary(args: argparse.Namespace) -> int:
+    from sleuth.agents.run_summary import summarize
+
+    if not Path(args.run).is_dir():
+        return _fail(f"no run directory at {args.run}: `make run` writes runs/main")
+    print(summarize(args.run))
+    print(f"summary: {Path(args.run) / 'summary.md'}")
+    return 0
+
+
 def cmd_score(args: argparse.Namespace) -> int:
     from sleuth.verifiers.batch import score_file
 
@@ -188,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("run_b")
     c.add_argument("--out", help="also write compare.md and compare.png here")
     c.set_defaults(fn=cmd_compare)
+    sm = sub.add_parser("summary", help="what a `make run` directory showed: models, paired CIs, stage times, "
+                        "reports (writes summary.md and summary.png there)")
+    sm.add_argument("run", nargs="?", default="runs/main")
+    sm.set_defaults(fn=cmd_summary)
     s = sub.add_parser("score", help="score JSONL records (data-set layout + a 'response' field) with a verifier")
     s.add_argument("--verifier", required=True, help=f"a registered verifier: {verifiers}")
     s.add_argument("--input", required=True, help="JSONL records in their data set's layout, each with a 'response'")
