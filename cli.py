@@ -259,6 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     that escapes is a fault sleuth did not foresee, still said in one line (exit 1), with its traceback only
     when `SLEUTH_TRACEBACK=1` asks for it."""
     args = build_parser().parse_args(argv)
+    # A "module:Class" the user names (an env, a verifier, an agent) imports from the working directory, as
+    # `python -m` and uvicorn's app paths do; appended, so a file there never shadows an installed module.
+    # Processes sleuth starts (env servers, Ray workers) do not inherit it: there the module must be installed
+    # or on PYTHONPATH.
+    sys.path.append(os.getcwd())
     try:
         return args.fn(args)
     except KeyboardInterrupt:  # a command that can continue says how (`on_interrupt`)
