@@ -5,6 +5,7 @@ reads and answers every question, `random` almost none), with stage times record
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,15 @@ def test_no_difference_is_reported_as_not_shown(tmp_path):
 def test_a_missing_run_directory_is_one_line_and_a_nonzero_exit(tmp_path, capsys):
     assert main(["summary", str(tmp_path / "nope")]) != 0
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_the_summary_reads_the_folders_the_makefile_writes():
+    from sleuth.agents.run_summary import MUSIQUE, PAIRS, TEST
+
+    recipe = (REPO / "Makefile").read_text().split("\nrun: setup\n", 1)[1].split("\n\n", 1)[0]
+    written = set(re.findall(r"--out runs/main/([\w-]+)", recipe))
+    policies = re.search(r"--policy ([\w,-]+) \\\n\t\t--harness text --out runs/main\n", recipe).group(1).split(",")
+    written |= {f"{p}-text" for p in policies}  # one eval of several policies: a folder per policy
+    read = {m.folder for m in (*TEST, *MUSIQUE)} | {f for p in PAIRS for f in (p.a, p.b)}
+    assert read <= written, read - written
+    assert "sleuth summary runs/main" in recipe.splitlines()[-1]
