@@ -27,6 +27,17 @@ def test_shipped_sft_configs_load(path):
     assert cfg.data.source in ("oracle", "rejection", "tool_demos") and cfg.data.tasks.endswith(":train")
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_a_shipped_config_says_what_it_is_in_ten_lines_and_is_listed(path):
+    """What it trains, from what, and where its choices are measured: at most 10 comment lines before the first
+    setting (measurements live in docs/results.md), and a row in configs/README.md."""
+    lines = path.read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if line.strip() and not line.lstrip().startswith("#"))
+    header = [line for line in lines[:first] if line.strip()]
+    assert 1 <= len(header) <= 10, f"{path.name}: {len(header)} comment lines before its first setting"
+    assert f"| `{path.stem}` |" in (ROOT / "configs" / "README.md").read_text()
+
+
 def test_overrides_and_types():
     cfg = load_config(overrides={"rollout.group_size": 8, "engine.lr": "1e-5", "engine.lora": {"r": 4}})
     assert cfg.rollout.group_size == 8 and cfg.engine.lr == 1e-5 and cfg.engine.lora.r == 4
