@@ -107,7 +107,7 @@ def test_requests_a_dead_server_cannot_take_go_to_another(tokenizer):
 
 
 def test_a_server_gone_for_good_gets_no_more_work():
-    """A server that answers `ServerUnreachable(permanent=True)` (a Ray worker out of restarts) is routed
+    """A server that answers `ServerUnreachable(permanent=True)` (a Ray worker stopped for crash-looping) is routed
     around from then on: its requests move once, and later tasks never go to it."""
     from sleuth.agents.openai_http import ServerUnreachable
     from sleuth.agents.policy import Generation, Request, SamplingParams

@@ -4,15 +4,17 @@ placed on a cluster, restarted when they die).
 With `backend: ray`, `sleuth train` connects to a Ray cluster (`address`: "auto" for a running one, a
 `ray://host:port` URL, or None to start a local one), reserves one placement-group bundle per rollout
 worker ({"CPU": worker_cpus, "GPU": worker_gpus}) and starts a `RolloutWorker` actor in each
-(`training.ray_rollout`). A worker whose process dies is restarted by Ray in its bundle, at most
-`max_restarts` times each. With `env_workers` > 0 the envs run in `EnvWorker` actors too
-(`training.ray_envs`), away from the trainer. The trainer runs in the driver process (one DeepSpeed rank, or
+(`training.ray_rollout`). A worker whose process dies is restarted by Ray in its bundle; one that dies more
+than `max_restarts` times within `restart_window_s` seconds is crash-looping and stopped for the run
+(`CrashLoop`). With `env_workers` > 0 the envs run in `EnvWorker` actors too (`training.ray_envs`), away from
+the trainer. The trainer runs in the driver process (one DeepSpeed rank, or
 `torchrun` ranks each with their own workers), or, with `train_ranks` > 0, as that many `TrainRank` actors
 (`training.ray_train`), each with its own workers."""
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -30,7 +32,8 @@ class ClusterConfig:
     rollout_workers: int = 1  # ray: RolloutWorker actors per training rank, behind one router
     worker_cpus: float = 1.0  # ray: CPUs reserved per worker (its torch threads)
     worker_gpus: float = 0.0  # ray: GPUs reserved per worker
-    max_restarts: int = 3  # ray: restarts of each dead worker before its requests go to the others
+    max_restarts: int = 3  # ray: deaths of a worker within restart_window_s it survives; one more stops it
+    restart_window_s: float = 600.0  # ray: the window of max_restarts (deaths further apart never add up)
     env_workers: int = 0  # ray: EnvWorker actors holding the envs (0: envs run in the training process)
     env_worker_cpus: float = 1.0  # ray: CPUs reserved per env worker
     train_ranks: int = 0  # ray: DeepSpeed ranks as TrainRank actors (0: the trainer runs in this process)
@@ -47,6 +50,8 @@ class ClusterConfig:
                                 ("train_gpus", self.train_gpus, 0)):
             if not value >= low:  # also refuses NaN
                 raise ValueError(f"cluster.{key} must be ≥ {low}, got {value}")
+        if not self.restart_window_s > 0:
+            raise ValueError(f"cluster.restart_window_s must be > 0, got {self.restart_window_s}")
         if self.backend == "local" and (self.address is not None or self.rollout_workers != 1 or self.env_workers
                                         or self.train_ranks):
             raise ValueError("cluster.address, rollout_workers, env_workers and train_ranks place Ray actors: set "
@@ -89,17 +94,42 @@ def placement(ray: Any, n: int, bundle: dict[str, float], what: str, timeout_s: 
     return pg
 
 
+RAY_RESTARTS = -1  # Ray restarts a dead worker without end: `CrashLoop` decides when a worker is stopped
+
+
+class CrashLoop:
+    """One worker's deaths: more than `limit` within any `window_s` seconds is a crash loop. Ray's own
+    `max_restarts` counts over the actor's whole life, so a run of days would end on deaths hours apart, each
+    recovered; deaths further apart than the window never add up here."""
+
+    def __init__(self, limit: int, window_s: float, clock: Callable[[], float] = time.monotonic):
+        self.limit, self.window_s, self.clock = limit, window_s, clock
+        self.deaths: deque[float] = deque()
+
+    def died(self) -> bool:
+        """Count a death now; whether the worker is crash-looping (and is to be stopped)."""
+        now = self.clock()
+        while self.deaths and now - self.deaths[0] >= self.window_s:
+            self.deaths.popleft()
+        self.deaths.append(now)
+        return len(self.deaths) > self.limit
+
+    def verdict(self, name: str) -> str:
+        return f"{name} is crash-looping: it died {len(self.deaths)} times within {self.window_s:g} s " \
+               "(cluster.max_restarts, cluster.restart_window_s)"
+
+
 def worker_lost() -> tuple[type[BaseException], ...]:
     """Ray's errors for a call whose actor process died: killed or crashed (`RayActorError`), killed by Ray's memory
     monitor when the node ran low on memory (`OutOfMemoryError`), a worker that crashed (`WorkerCrashedError`). Ray
-    restarts the actor in each case, within its `max_restarts`."""
+    restarts the actor in each case."""
     from ray.exceptions import OutOfMemoryError, RayActorError, WorkerCrashedError
 
     return RayActorError, OutOfMemoryError, WorkerCrashedError
 
 
 class ActorGone(RuntimeError):
-    """The actor died for good (`dead`: out of restarts), or did not come back within the wait."""
+    """The actor died for good (`dead`: stopped, or its node is gone), or did not come back within the wait."""
 
     def __init__(self, message: str, dead: bool):
         super().__init__(message)
@@ -109,7 +139,7 @@ class ActorGone(RuntimeError):
 def through_restart(call: Callable[[], T], timeout_s: float, name: str) -> T:
     """`call()` (a `ray.get` on one actor), asked again while Ray restarts that actor's process (Ray's
     `ActorUnavailableError`), up to `timeout_s`; `ActorGone` when it died for good (`ActorDiedError` on a
-    new call: out of restarts) or stayed away."""
+    new call: stopped, or Ray cannot restart it) or stayed away."""
     from ray.exceptions import ActorDiedError, ActorUnavailableError
 
     deadline = time.monotonic() + timeout_s
@@ -117,7 +147,7 @@ def through_restart(call: Callable[[], T], timeout_s: float, name: str) -> T:
         try:
             return call()
         except ActorDiedError:
-            raise ActorGone(f"{name} is dead (out of its restarts)", dead=True) from None
+            raise ActorGone(f"{name} is dead (stopped, or Ray cannot restart it)", dead=True) from None
         except ActorUnavailableError:
             if time.monotonic() > deadline:
                 raise ActorGone(f"{name} did not come back within {timeout_s:.0f} s", dead=False) from None

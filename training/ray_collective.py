@@ -68,8 +68,7 @@ class CollectiveSync:
         for attempt in range(SYNC_ATTEMPTS):
             live = self._answering([h for h in pool.handles if not h.dead])
             if not live:
-                raise WeightSyncError(f"every rollout worker is dead (each out of its {pool.cluster.max_restarts} "
-                                      "restarts)")
+                raise pool.all_dead()
             t0 = time.perf_counter()
             with self._lock, full_weights(module) as weights:
                 plan = self.plan = bucket_plan(weights, self.bucket_bytes)

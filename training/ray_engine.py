@@ -10,7 +10,7 @@ from sleuth.training.cluster import ClusterConfig, ClusterError, worker_lost
 from sleuth.training.config import RolloutConfig
 from sleuth.training.engine import full_state_dict
 from sleuth.training.ray_rollout import WorkerPool
-from sleuth.training.rollout import WeightSyncError, probe_logits
+from sleuth.training.rollout import probe_logits
 from sleuth.training.update import UpdateConfig
 
 
@@ -64,8 +64,7 @@ class RayRollout:
         pool.weights_id += 1
         live = [h for h in pool.handles if not h.dead]
         if not live:
-            raise WeightSyncError(f"every rollout worker is dead (each out of its {pool.cluster.max_restarts} "
-                                  "restarts)")
+            raise pool.all_dead()
         refs = {h.actor.load_weights.remote(pool.state_ref, pool.weights_id, pool.probe_ids): h for h in live}
         diffs = []
         for ref in pool.answered(refs):

@@ -6,10 +6,11 @@ the actor); the agent loop in the training process sees `RayEnv`s, gymnasium env
 `step` to their session. Sessions are spread over the workers round robin. Steps are blocking calls: set
 `rollout.env_workers` (threads) so env steps overlap with generation.
 
-A worker whose process dies is restarted by Ray (`cluster.max_restarts`), but the sessions it held are gone:
-an episode that was running there fails as an env failure (`env_error`: never scored, its group leaves the
-update), and the `RayEnv` opens a new session on the restarted worker at its next `reset`. Restarts are
-counted (`cluster/env_restarts`)."""
+A worker whose process dies is restarted by Ray, but the sessions it held are gone: an episode that was running
+there fails as an env failure (`env_error`: never scored, its group leaves the update), and the `RayEnv` opens a
+new session on the restarted worker at its next `reset`. Restarts are counted (`cluster/env_restarts`); a worker
+that dies more than `cluster.max_restarts` times within `cluster.restart_window_s` is crash-looping: stopped for
+the run, and new sessions go to the other workers."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ from typing import Any
 import gymnasium
 
 from sleuth.training.cluster import (
+    RAY_RESTARTS,
     ActorGone,
     ClusterConfig,
     ClusterError,
+    CrashLoop,
     connect,
     placement,
     through_restart,
@@ -81,15 +84,17 @@ class EnvPool:
         self.group: Any = None
         self.actors: list[Any] = []
         self.pids: list[int] = []
+        self.loops = [CrashLoop(cluster.max_restarts, cluster.restart_window_s) for _ in range(cluster.env_workers)]
+        self.stopped: dict[int, str] = {}  # worker index → why it is dead for the run
         self.restarts = 0
         self._next = itertools.count()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # `opened` stops a crash-looping worker while holding it
         try:
             self.group = placement(self.ray, cluster.env_workers, {"CPU": cluster.env_worker_cpus}, "env workers")
             for i in range(cluster.env_workers):
                 strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=i)
                 self.actors.append(self.ray.remote(EnvWorker).options(
-                    num_cpus=cluster.env_worker_cpus, max_restarts=cluster.max_restarts, max_task_retries=0,
+                    num_cpus=cluster.env_worker_cpus, max_restarts=RAY_RESTARTS, max_task_retries=0,
                     max_concurrency=SESSION_THREADS, scheduling_strategy=strategy).remote(env_id, dict(env_args)))
             self.pids = self.ray.get([a.pid.remote() for a in self.actors], timeout=start_timeout_s)
         except (GetTimeoutError, RayActorError) as e:
@@ -100,17 +105,35 @@ class EnvPool:
             raise
 
     def make(self) -> RayEnv:
-        return RayEnv(self, next(self._next) % len(self.actors))
+        """A session on the next live worker (round robin); on a stopped one when none is left, whose episodes
+        then fail with the reason."""
+        for _ in range(len(self.actors)):
+            index = next(self._next) % len(self.actors)
+            if index not in self.stopped:
+                break
+        return RayEnv(self, index)
 
     def opened(self, index: int, pid: int) -> None:
-        """A session was opened on worker `index` in process `pid`: a new pid there is a restart."""
+        """A session was opened on worker `index` in process `pid`: a new pid there is a restart (one too many
+        within the window stops the worker: `RayEnvError`)."""
         with self._lock:
             if pid != self.pids[index]:
                 self.pids[index] = pid
                 self.restarts += 1
+                if self.loops[index].died():
+                    self.stop(index, self.loops[index].verdict(f"env worker {index}"))
+            if index in self.stopped:
+                raise RayEnvError(self.stopped[index])
+
+    def stop(self, index: int, why: str) -> None:
+        """Worker `index` is dead for the run (Ray restarts it no more); new sessions go to the others."""
+        with self._lock:
+            self.stopped.setdefault(index, why)
+            self.ray.kill(self.actors[index], no_restart=True)
 
     def stats(self) -> dict[str, float]:
-        return {"cluster/env_restarts": float(self.restarts)}
+        return {"cluster/env_restarts": float(self.restarts),
+                "cluster/live_env_workers": float(len(self.actors) - len(self.stopped))}
 
     def close(self) -> None:
         for a in self.actors:
@@ -135,12 +158,16 @@ class RayEnv(gymnasium.Env):
         self.sid: int | None = None
 
     def _open(self) -> None:
+        if self.index in self.pool.stopped:
+            raise RayEnvError(self.pool.stopped[self.index])
         try:
-            self.sid, pid = through_restart(lambda: self.pool.ray.get(self.actor.open.remote()), RESTART_WAIT_S,
-                                            f"env worker {self.index}")
-        except ActorGone as e:
+            sid, pid = through_restart(lambda: self.pool.ray.get(self.actor.open.remote()), RESTART_WAIT_S,
+                                       f"env worker {self.index}")
+        except ActorGone as e:  # stopped, or not back within the wait: either way gone for the run
+            self.pool.stop(self.index, str(e))
             raise RayEnvError(str(e)) from None
         self.pool.opened(self.index, pid)
+        self.sid = sid
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         if self.sid is None:

@@ -7,17 +7,19 @@ on the node), every worker loads them and answers with its logits on the probe p
 trainer's within `update.sync_tolerance` (`WeightSyncError` names the worker otherwise, and a worker that
 does not answer within `rollout.sync_timeout_s`).
 
-A worker whose process dies (killed, out of memory, node lost) is restarted by Ray in its bundle, at most
-`cluster.max_restarts` times. The request that found it dead waits for the restart, the worker is loaded
-with the current weights and verified, and the request is sent again: a generation is a pure function of
-its prompt and the weights, so re-issuing it is exact. Restarts are counted (`cluster/restarts`). A worker
-out of restarts is dead for the run; its requests go to the others, and when none is left the episodes
-fail as an engine failure (never scored, their groups leave the update)."""
+A worker whose process dies (killed, out of memory, node lost) is restarted by Ray in its bundle. The request
+that found it dead waits for the restart, the worker is loaded with the current weights and verified, and the
+request is sent again: a generation is a pure function of its prompt and the weights, so re-issuing it is
+exact. Restarts are counted (`cluster/restarts`). A worker that dies more than `cluster.max_restarts` times
+within `cluster.restart_window_s` is crash-looping: stopped and dead for the run; its requests go to the
+others, and when none is left the episodes fail as an engine failure (never scored, their groups leave the
+update)."""
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any, Protocol
 
 import torch
@@ -26,9 +28,11 @@ from sleuth.agents.openai_http import ServerUnreachable
 from sleuth.agents.policy import Generation, Request, SamplingParams
 from sleuth.agents.routing import RoutedPolicy
 from sleuth.training.cluster import (
+    RAY_RESTARTS,
     ActorGone,
     ClusterConfig,
     ClusterError,
+    CrashLoop,
     connect,
     placement,
     through_restart,
@@ -43,6 +47,9 @@ class Recovery(Protocol):
     (`training.ray_collective.CollectiveSync`)."""
 
     def recover(self, handle: WorkerHandle) -> tuple[int, Any]: ...
+
+
+GROUP_EXIT_WAIT_S = 30.0  # at the close of a local Ray: how long the workers' process groups get to exit
 
 
 class StaleWeights(RuntimeError):
@@ -115,7 +122,7 @@ class RolloutWorker:
 
 class WorkerHandle:
     """One worker as the router sees a server (`ServerPolicy`): a dead worker is waited for (Ray restarts it),
-    loaded with the current weights and verified, and the call is sent again; once it is out of restarts,
+    loaded with the current weights and verified, and the call is sent again; once it is stopped (crash-looping)
     `ServerUnreachable` sends its requests to the other workers."""
 
     def __init__(self, owner: WorkerPool, index: int, actor: Any, pid: int = 0):
@@ -123,11 +130,13 @@ class WorkerHandle:
         self.name = f"rollout-worker-{index}"
         self.tokenizer, self.max_context = owner.tokenizer, owner.max_context
         self.parallel_calls, self.version = 1, 0
-        self.restarts, self.epoch, self.dead = 0, 0, False
+        self.restarts, self.epoch, self.dead, self.why = 0, 0, False, ""
+        self.crash_loop = CrashLoop(owner.cluster.max_restarts, owner.cluster.restart_window_s)
+        self.attempts = owner.cluster.max_restarts + 3  # per call: more deaths than that in a row is a crash loop
         self.lock = threading.Lock()
 
     def generate(self, requests: list[Request], sampling: SamplingParams) -> list[Generation]:
-        for _ in range(self.owner.cluster.max_restarts + 3):
+        for _ in range(self.attempts):
             if self.dead:
                 break
             epoch = self.epoch
@@ -135,14 +144,23 @@ class WorkerHandle:
                 return self.owner.ray.get(self.actor.generate.remote(requests, sampling, self.owner.weights_id))
             except (*worker_lost(), StaleWeights):
                 self.recover(epoch)
-        self.dead = True
-        raise ServerUnreachable(f"{self.name} is dead (out of its {self.owner.cluster.max_restarts} restarts)",
-                                permanent=True)
+        raise self.unreachable()
+
+    def unreachable(self) -> ServerUnreachable:
+        """Why this worker's requests go to the others: stopped for the run, or failed every attempt of a call."""
+        if self.dead:
+            return ServerUnreachable(self.why, permanent=True)
+        return ServerUnreachable(f"{self.name} failed {self.attempts} times in a row", permanent=False)
+
+    def stop(self, why: str) -> None:
+        """Dead for the run: Ray restarts it no more."""
+        self.dead, self.why = True, why
+        self.owner.ray.kill(self.actor, no_restart=True)
 
     def recover(self, epoch: int) -> None:
         """Load the current weights (waiting while Ray restarts the process) and verify them. `epoch` is the
         recovery count the caller saw, so concurrent callers recover once. A new call that finds the actor
-        died for good (Ray's `ActorDiedError`: out of restarts) marks it dead."""
+        died for good (Ray's `ActorDiedError`) marks it dead."""
         with self.lock:
             if self.dead or self.epoch != epoch:
                 return
@@ -151,7 +169,7 @@ class WorkerHandle:
             except ActorGone as e:
                 if not e.dead:
                     raise WeightSyncError(f"{e} (rollout.sync_timeout_s)") from None
-                self.dead = True
+                self.dead, self.why = True, str(e)
                 return
             self.epoch += 1
 
@@ -159,15 +177,32 @@ class WorkerHandle:
         """The worker's process is up (at the pool's start)."""
 
     def loaded(self, pid: int, logits: torch.Tensor | None) -> float:
-        """A load's answer: a new pid is a restart (counted), and the logits must match the trainer's."""
+        """A load's answer: a new pid is a restart (counted; one too many within the window stops the worker), and
+        the logits must match the trainer's."""
         if pid != self.pid:
             self.pid = pid
             self.restarts += 1
             self.owner.count_restart()
+            if self.crash_loop.died():
+                self.stop(self.crash_loop.verdict(self.name))
+                return 0.0
         return self.owner.verify(self, logits)
 
     def close(self) -> None:
         pass
+
+
+def gone_or_timeout(pgids: list[int], timeout_s: float) -> None:
+    """Wait until the process groups `pgids` (Ray workers lead their own) are empty, up to `timeout_s`: a worker's
+    children (a vLLM engine core and its workers) outlive it when Ray shuts down before killing its group."""
+    deadline = time.monotonic() + timeout_s
+    for pgid in pgids:
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except (ProcessLookupError, PermissionError):
+                break
+            time.sleep(0.1)
 
 
 class WorkerPool:
@@ -222,7 +257,7 @@ class WorkerPool:
         c = self.cluster
         cls, args = self.worker()
         return self.ray.remote(cls).options(
-            num_cpus=c.worker_cpus, num_gpus=c.worker_gpus, max_restarts=c.max_restarts, max_task_retries=0,
+            num_cpus=c.worker_cpus, num_gpus=c.worker_gpus, max_restarts=RAY_RESTARTS, max_task_retries=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index),
         ).remote(*args)
 
@@ -278,6 +313,10 @@ class WorkerPool:
     def live(self) -> int:
         return sum(not h.dead for h in self.handles)
 
+    def all_dead(self) -> WeightSyncError:
+        """The error of a sync that finds no live worker, with each one's cause."""
+        return WeightSyncError("every rollout worker is dead: " + "; ".join(h.why for h in self.handles))
+
     def close(self) -> None:
         if not getattr(self, "ray", None):
             return
@@ -285,5 +324,6 @@ class WorkerPool:
             self.ray.kill(h.actor, no_restart=True)
         if self.group is not None:
             self.ray.util.remove_placement_group(self.group)
-        if self.started:
+        if self.started:  # Ray on this node: its raylet kills each dead worker's process group, if it lives on
+            gone_or_timeout([h.pid for h in self.handles if h.pid], GROUP_EXIT_WAIT_S)
             self.ray.shutdown()

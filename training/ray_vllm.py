@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 import torch
 
-from sleuth.agents.openai_http import OpenAICompletionsPolicy, ServerError, ServerUnreachable
+from sleuth.agents.openai_http import OpenAICompletionsPolicy, ServerError
 from sleuth.agents.policy import Generation, Request, SamplingParams
 from sleuth.net import free_port, wait_healthy
 from sleuth.training.engine import DIST_VARS
@@ -169,7 +169,7 @@ class VLLMHandle(WorkerHandle):
         self.parallel_calls = self.server.parallel_calls
 
     def generate(self, requests: list[Request], sampling: SamplingParams) -> list[Generation]:
-        for _ in range(self.owner.cluster.max_restarts + 3):
+        for _ in range(self.attempts):
             if self.dead:
                 break
             epoch, server = self.epoch, self.server
@@ -179,9 +179,7 @@ class VLLMHandle(WorkerHandle):
                 if not self._replaced(server):
                     raise  # the engine's own answer (not a restart): the episode fails as an engine failure
                 self.recover(epoch)
-        self.dead = True
-        raise ServerUnreachable(f"{self.name} is dead (out of its {self.owner.cluster.max_restarts} restarts)",
-                                permanent=True)
+        raise self.unreachable()
 
     def _replaced(self, server: OpenAICompletionsPolicy) -> bool:
         """Whether the worker behind `server` is not the one it was: restarted, dying, or moved on."""
@@ -195,6 +193,8 @@ class VLLMHandle(WorkerHandle):
 
     def loaded(self, pid: int, top: Any) -> float:
         diff = super().loaded(pid, top)
+        if self.dead:  # stopped: crash-looping
+            return diff
         self._connect(*self.owner.ray.get(self.actor.info.remote())[1:3])
         return diff
 

@@ -1,0 +1,120 @@
+"""A Ray worker's restart budget is a window, not a lifetime: deaths further apart than
+`cluster.restart_window_s` never add up (a run of days survives a worker killed every hour), and more than
+`cluster.max_restarts` deaths within it stop the worker for the run (a crash loop), its work going to the others.
+Deaths are real SIGKILLs of `ray::EnvWorker` / `ray::RolloutWorker` processes on a local Ray cluster."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from sleuth.training.cluster import ClusterConfig, CrashLoop
+
+ray = pytest.importorskip("ray")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_crash_loop_counts_deaths_within_the_window_only():
+    clock = Clock()
+    loop = CrashLoop(limit=2, window_s=10.0, clock=clock)
+    for t in (0.0, 10.0, 20.0, 30.0, 40.0):  # one death every window: never more than one in it
+        clock.now = t
+        assert not loop.died()
+    clock.now = 45.0
+    assert not loop.died()  # 40 and 45: two within 10 s, the limit
+    clock.now = 49.9
+    assert loop.died()  # 40, 45, 49.9: three within 10 s
+    assert "died 3 times within 10 s" in loop.verdict("w")
+    assert CrashLoop(limit=0, window_s=1.0, clock=clock).died()  # limit 0: the first death stops it
+
+
+def test_restart_window_is_checked():
+    with pytest.raises(ValueError, match="cluster.restart_window_s must be > 0"):
+        ClusterConfig(backend="ray", restart_window_s=0)
+
+
+def _task():
+    from sleuth.tasks import load_tasks
+
+    return load_tasks("hotpotqa:test", limit=1)[0]
+
+
+def test_env_workers_survive_spaced_deaths_and_stop_when_crash_looping():
+    """Worker 0 is killed twice, `window` apart (Ray's lifetime budget of `max_restarts`=1 would have ended it at
+    the second), and each time the next episode opens on the restarted worker; killed again at once it is
+    crash-looping: its episode fails naming the cause, and new sessions go to worker 1."""
+    from sleuth.training.ray_envs import EnvPool, RayEnvError
+
+    window = 10.0
+    cluster = ClusterConfig(backend="ray", env_workers=2, env_worker_cpus=0.5, max_restarts=1,
+                            restart_window_s=window)
+    pool = EnvPool(cluster, "DocRead-v0", {"harness": "text"})
+    task = _task()
+    try:
+        env = pool.make()
+        assert env.index == 0
+        env.reset(options={"task": task})
+        for restarts in (1, 2):
+            os.kill(pool.pids[0], signal.SIGKILL)
+            time.sleep(window)  # this death and the last are a window apart
+            obs, _ = env.reset(options={"task": task})  # a new session on the restarted worker
+            assert task.question in obs and pool.restarts == restarts and not pool.stopped
+        os.kill(pool.pids[0], signal.SIGKILL)
+        with pytest.raises(RayEnvError, match="env worker 0 is crash-looping: it died 2 times within 10 s"):
+            env.reset(options={"task": task})
+        assert pool.stats() == {"cluster/env_restarts": 3.0, "cluster/live_env_workers": 1.0}
+        others = [pool.make() for _ in range(3)]
+        assert [e.index for e in others] == [1, 1, 1]
+        assert task.question in others[0].reset(options={"task": task})[0]
+    finally:
+        pool.close()
+
+
+def test_rollout_workers_survive_spaced_deaths_and_stop_when_crash_looping(tiny_model_dir):
+    """The same for a `RolloutWorker`: two deaths `window` apart are recovered (restarted, loaded, generating),
+    a third at once stops it, and the router sends its requests to the other worker."""
+    import torch
+
+    from sleuth.agents.openai_http import ServerUnreachable
+    from sleuth.agents.policy import Request, SamplingParams
+    from sleuth.training.config import load_config
+    from sleuth.training.ray_engine import RayRollout
+
+    window = 15.0
+    cfg = load_config(overrides={"cluster.backend": "ray", "cluster.rollout_workers": 2, "cluster.max_restarts": 1,
+                                 "cluster.worker_cpus": 0.5, "cluster.restart_window_s": window})
+    rollout = RayRollout(cfg.rollout, cfg.cluster, cfg.update, tiny_model_dir, torch.float32, [1, 2, 3])
+    victim = rollout.pool.handles[0]
+    reqs = [Request([1, 2, 3], [{"role": "user", "content": "hi"}], None)]
+    sampling = SamplingParams(max_tokens=4, temperature=0.0)
+    try:
+        rollout.sync(_model(tiny_model_dir))  # the trainer's weights: a restarted worker must load them to generate
+        want = victim.generate(reqs, sampling)[0].ids
+        for restarts in (1, 2):
+            os.kill(victim.pid, signal.SIGKILL)
+            time.sleep(window)
+            assert victim.generate(reqs, sampling)[0].ids == want
+            assert victim.restarts == restarts and not victim.dead
+        os.kill(victim.pid, signal.SIGKILL)
+        with pytest.raises(ServerUnreachable, match="rollout-worker-0 is crash-looping") as e:
+            victim.generate(reqs, sampling)
+        assert e.value.permanent and victim.dead
+        assert rollout.policy.generate(reqs * 2, sampling)[1].ids == want
+        assert rollout.sync(_model(tiny_model_dir))["cluster/live_workers"] == 1
+    finally:
+        rollout.close()
+
+
+def _model(path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
