@@ -174,6 +174,9 @@ def main() -> int:
     ap.add_argument("--max-slope", type=bounded(float, 0), default=50.0, help="MB/h a process may grow after warm-up")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
+    # SIGINT ends the run at the soak's end; a soak started in a script's background inherits it ignored, and so
+    # would the run (Python keeps an inherited SIG_IGN): restored here, so the run's Python handles it again
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     rng = random.Random(a.seed)
     a.out.mkdir(parents=True, exist_ok=True)
     faults_dir = a.out / "faults"

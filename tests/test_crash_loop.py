@@ -1,11 +1,11 @@
 """A Ray worker's restart budget is a window, not a lifetime: deaths further apart than
 `cluster.restart_window_s` never add up (a run of days survives a worker killed every hour), and more than
 `cluster.max_restarts` deaths within it stop the worker for the run (a crash loop), its work going to the others.
-Deaths are real SIGKILLs of `ray::EnvWorker` / `ray::RolloutWorker` processes on a local Ray cluster."""
+Deaths are real SIGKILLs of `ray::EnvWorker` / `ray::RolloutWorker` processes on a local Ray cluster; the window's
+clock is the test's (`Clock`), so that how long a restart takes on a loaded machine cannot move a death across it."""
 
 import os
 import signal
-import time
 
 import pytest
 
@@ -48,15 +48,16 @@ def _task():
 
 
 def test_env_workers_survive_spaced_deaths_and_stop_when_crash_looping():
-    """Worker 0 is killed twice, `window` apart (Ray's lifetime budget of `max_restarts`=1 would have ended it at
+    """Worker 0 is killed twice, a window apart (Ray's lifetime budget of `max_restarts`=1 would have ended it at
     the second), and each time the next episode opens on the restarted worker; killed again at once it is
     crash-looping: its episode fails naming the cause, and new sessions go to worker 1."""
     from sleuth.training.ray_envs import EnvPool, RayEnvError
 
-    window = 10.0
+    clock, window = Clock(), 10.0
     cluster = ClusterConfig(backend="ray", env_workers=2, env_worker_cpus=0.5, max_restarts=1,
                             restart_window_s=window)
     pool = EnvPool(cluster, "DocRead-v0", {"harness": "text"})
+    pool.loops = [CrashLoop(1, window, clock=clock) for _ in pool.actors]
     task = _task()
     try:
         env = pool.make()
@@ -64,7 +65,7 @@ def test_env_workers_survive_spaced_deaths_and_stop_when_crash_looping():
         env.reset(options={"task": task})
         for restarts in (1, 2):
             os.kill(pool.pids[0], signal.SIGKILL)
-            time.sleep(window)  # this death and the last are a window apart
+            clock.now += window  # this death and the last are a window apart
             obs, _ = env.reset(options={"task": task})  # a new session on the restarted worker
             assert task.question in obs and pool.restarts == restarts and not pool.stopped
         os.kill(pool.pids[0], signal.SIGKILL)
@@ -79,7 +80,7 @@ def test_env_workers_survive_spaced_deaths_and_stop_when_crash_looping():
 
 
 def test_rollout_workers_survive_spaced_deaths_and_stop_when_crash_looping(tiny_model_dir):
-    """The same for a `RolloutWorker`: two deaths `window` apart are recovered (restarted, loaded, generating),
+    """The same for a `RolloutWorker`: two deaths a window apart are recovered (restarted, loaded, generating),
     a third at once stops it, and the router sends its requests to the other worker."""
     import torch
 
@@ -88,11 +89,12 @@ def test_rollout_workers_survive_spaced_deaths_and_stop_when_crash_looping(tiny_
     from sleuth.training.config import load_config
     from sleuth.training.ray_engine import RayRollout
 
-    window = 15.0
+    clock, window = Clock(), 15.0
     cfg = load_config(overrides={"cluster.backend": "ray", "cluster.rollout_workers": 2, "cluster.max_restarts": 1,
                                  "cluster.worker_cpus": 0.5, "cluster.restart_window_s": window})
     rollout = RayRollout(cfg.rollout, cfg.cluster, cfg.update, tiny_model_dir, torch.float32, [1, 2, 3])
     victim = rollout.pool.handles[0]
+    victim.crash_loop = CrashLoop(1, window, clock=clock)
     reqs = [Request([1, 2, 3], [{"role": "user", "content": "hi"}], None)]
     sampling = SamplingParams(max_tokens=4, temperature=0.0)
     try:
@@ -100,7 +102,7 @@ def test_rollout_workers_survive_spaced_deaths_and_stop_when_crash_looping(tiny_
         want = victim.generate(reqs, sampling)[0].ids
         for restarts in (1, 2):
             os.kill(victim.pid, signal.SIGKILL)
-            time.sleep(window)
+            clock.now += window
             assert victim.generate(reqs, sampling)[0].ids == want
             assert victim.restarts == restarts and not victim.dead
         os.kill(victim.pid, signal.SIGKILL)

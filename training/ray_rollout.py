@@ -132,7 +132,7 @@ class WorkerHandle:
         self.parallel_calls, self.version = 1, 0
         self.restarts, self.epoch, self.dead, self.why = 0, 0, False, ""
         self.crash_loop = CrashLoop(owner.cluster.max_restarts, owner.cluster.restart_window_s)
-        self.attempts = owner.cluster.max_restarts + 3  # per call: more deaths than that in a row is a crash loop
+        self.attempts = owner.cluster.max_restarts + 3  # tries of one call before its requests go to the others
         self.lock = threading.Lock()
 
     def generate(self, requests: list[Request], sampling: SamplingParams) -> list[Generation]:
