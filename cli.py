@@ -44,6 +44,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bfcl_table(args: argparse.Namespace) -> int:
+    from sleuth.agents.bfcl_table import bfcl_report
+
+    if len(args.runs) > 2:
+        return _fail(f"bfcl-table takes one run or two (A B, paired), not {len(args.runs)}")
+    for run in args.runs:
+        if not (Path(run) / "trajectories.jsonl").is_file():
+            return _fail(f"no eval run at {run} (no trajectories.jsonl)")
+    try:
+        print(bfcl_report(args.runs, args.out))
+    except ValueError as e:
+        return _fail(str(e))
+    if args.out:
+        print(f"report: {Path(args.out) / 'bfcl.md'}")
+    return 0
+
+
 def cmd_summary(args: argparse.Namespace) -> int:
     from sleuth.agents.run_summary import summarize
 
@@ -198,6 +215,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("run_b")
     c.add_argument("--out", help="also write compare.md and compare.png here")
     c.set_defaults(fn=cmd_compare)
+    b = sub.add_parser("bfcl-table", help="the BFCL leaderboard table of one eval run over bfcl: tasks, or of two "
+                       "paired (B − A)")
+    b.add_argument("runs", nargs="+", metavar="RUN", help="one or two `sleuth eval` output directories")
+    b.add_argument("--out", help="also write bfcl.md and bfcl.json here")
+    b.set_defaults(fn=cmd_bfcl_table)
     sm = sub.add_parser("summary", help="what a `make run` directory showed: models, paired CIs, stage times, "
                         "reports (writes summary.md and summary.png there)")
     sm.add_argument("run", nargs="?", default="runs/main")

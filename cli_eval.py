@@ -164,6 +164,11 @@ def _eval_runs(args: argparse.Namespace, tasks: list, env_args: dict[str, Any], 
                 except OSError as e:  # the output cannot be written (a read-only or virtual file system)
                     return _fail(f"cannot write the run to {out}: {e.strerror or e}")
                 summaries.append(summary)
+                if tasks and all(t.source.startswith("bfcl/") for t in tasks):  # BFCL items: the leaderboard table
+                    from sleuth.agents.bfcl_table import bfcl_report
+
+                    run_dir = out / run if multi else out
+                    print(bfcl_report([run_dir], run_dir))
                 if summary["n_failed"]:  # no answer from these: retried by the same command, never scored
                     errors = [t.error for t in load_trajectories((out / run if multi else out) / "trajectories.jsonl")
                               if t.failed]

@@ -47,13 +47,15 @@ class ScriptedPolicy(ABC):
         self.eos = eos if isinstance(eos, int) else eos[0]
 
     @abstractmethod
-    def act(self, req: Request) -> ToolCall:
-        """The tool call for this turn."""
+    def act(self, req: Request) -> ToolCall | list[ToolCall]:
+        """The tool call for this turn, or the calls of one reply (none: a reply without a call)."""
 
     def generate(self, requests: list[Request], sampling: SamplingParams) -> list[Generation]:
         out = []
         for req in requests:
-            text = get_parser(req.env_info.get("format", "json")).render(self.act(req))
+            parser = get_parser(req.env_info.get("format", "json"))
+            calls = self.act(req)
+            text = "\n".join(map(parser.render, calls)) if isinstance(calls, list) else parser.render(calls)
             ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.eos]
             out.append(Generation(ids=ids, logprobs=[0.0] * len(ids), text=text, finish_reason="stop"))
         return out
@@ -127,7 +129,7 @@ class Oracle(ScriptedPolicy):
 
     name = "oracle"
 
-    def act(self, req: Request) -> ToolCall:
+    def act(self, req: Request) -> ToolCall | list[ToolCall]:
         return env_class(req.env_info).oracle(req.task, req.turn, req.env_info)
 
 
@@ -141,14 +143,15 @@ class TitleOracle(Oracle):
 
     name = "oracle-title"
 
-    def act(self, req: Request) -> ToolCall:
+    def act(self, req: Request) -> ToolCall | list[ToolCall]:
         view = qa_docs(req.task, missing_ok=True)
         question = req.task.question.lower()
         named_first = QADocs(tuple(sorted(view.docs, key=lambda d: d.title.lower() not in question)),  # stable
                              view.supporting)
         task = replace(req.task, payload={**req.task.payload, **named_first.to_payload()}) if view.docs else req.task
         call = env_class(req.env_info).oracle(task, req.turn, req.env_info)
-        if call.name == "read" and view.docs:  # DocRead's read by number, as the same read by title
+        # DocRead's read by number, as the same read by title
+        if isinstance(call, ToolCall) and call.name == "read" and view.docs:
             return ToolCall("read", {"doc": named_first.docs[call.arguments["doc"]].title})
         return call
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sleuth.registry import Registry, UnknownNameError
 from sleuth.tasks.base import Task, read_tasks
+from sleuth.tasks.bfcl import load_bfcl
 from sleuth.tasks.code import load_humaneval, load_mbpp
 from sleuth.tasks.qa import load_hotpotqa, load_musique
 from sleuth.tasks.seeds import load_seeds
@@ -64,6 +65,10 @@ TASK_SOURCES.register("swe", TaskSource(lambda path, split: load_swe(str(path) i
                                         label_fields=_SWE_LABELS), "sleuth")
 # Episode seeds for envs that make their own episodes (`seeds:0-99`, `seeds:test|dev|train`): no files.
 TASK_SOURCES.register("seeds", TaskSource(load_seeds, None, "test", needs_files=False), "sleuth")
+# BFCL v4 items, read from bfcl-eval's wheel (`bfcl:all`, `bfcl:multi_turn_base:test`, ...): the possible answer
+# is the label.
+TASK_SOURCES.register("bfcl", TaskSource(load_bfcl, None, "all", needs_files=False, label_fields=("ground_truth",)),
+                      "sleuth")
 TASK_SOURCES.register("humaneval", TaskSource(lambda path, split: load_humaneval(path, split), None, "test",
                                               label_fields=("test",)), "sleuth")
 

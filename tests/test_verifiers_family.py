@@ -18,8 +18,9 @@ import sleuth
 from sleuth.agents.loop import run_episodes
 from sleuth.agents.policies import load_tokenizer
 from sleuth.agents.policy import Generation
-from sleuth.envs.families import verifiers_server
+from sleuth.envs.families import venv_server, verifiers_server
 from sleuth.envs.families.verifiers_env import pypi_verifiers_importable
+from sleuth.envs.families.verifiers_server import VERIFIERS
 from sleuth.envs.remote import RemoteEnvError
 from sleuth.tasks import load_tasks
 
@@ -116,13 +117,13 @@ def test_a_harness_that_rewrites_the_conversation_fails_the_episode_in_one_line(
 def test_a_killed_server_fails_the_episode_and_the_next_env_starts_another():
     env = sleuth.make(ENV)
     env.reset(options={"task": load_tasks("seeds:0")[0]})
-    proc = verifiers_server._servers["vf-calc"][0]
+    proc = venv_server.server_process(VERIFIERS, "vf-calc")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(10)
     with pytest.raises(RemoteEnvError, match="unreachable"):
         env.step('<tool_call>{"name": "calc_add", "arguments": {"a": 1, "b": 2}}</tool_call>')
     trajs = list(run_episodes(lambda: sleuth.make(ENV), load_tasks("seeds:2"), Adder()))
-    assert trajs[0].verdict.score == 1.0 and verifiers_server._servers["vf-calc"][0].pid != proc.pid
+    assert trajs[0].verdict.score == 1.0 and venv_server.server_process(VERIFIERS, "vf-calc").pid != proc.pid
 
 
 def test_null_harness_runs_offline_and_an_episode_cut_by_max_turns_leaves_nothing_behind():

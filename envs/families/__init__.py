@@ -25,6 +25,9 @@ FAMILIES.register("openenv", EnvFamily("openenv", "sleuth.envs.families.openenv:
 # verifiers ids are modules its loader imports (in its own venv): nothing to list; seeds are rows of the taskset.
 FAMILIES.register("verifiers", EnvFamily("verifiers", "sleuth.envs.families.verifiers_env:make", harness="json",
                                          rows=True), "sleuth")
+# BFCL v4: an env per category (and `all`); its episodes are BFCL items (`--tasks bfcl:...`), not seeds.
+FAMILIES.register("bfcl", EnvFamily("bfcl", "sleuth.envs.families.bfcl:make", "sleuth.envs.families.bfcl:env_ids",
+                                    seeded=False, harness="json"), "sleuth")
 
 
 def split_id(env_id: str) -> tuple[str, str] | None:

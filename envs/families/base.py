@@ -94,6 +94,11 @@ class Move:
     truncated: bool = False
     legal_actions: Sequence[str] | None = None
     details: dict[str, Any] = field(default_factory=dict)  # facts for the step's info (e.g. an invalid move)
+    # the observation as the chat messages the policy sees next (tool results, a user turn); None: one user message
+    messages: list[dict[str, Any]] | None = None
+
+    def chat(self) -> list[dict[str, Any]]:
+        return self.messages if self.messages is not None else [{"role": "user", "content": self.observation}]
 
 
 class TextGameEnv(gymnasium.Env):
@@ -144,8 +149,9 @@ class TextGameEnv(gymnasium.Env):
         return []
 
     @classmethod
-    def oracle(cls, task: Task, turn: int, info: dict[str, Any]) -> ToolCall:
-        """The reply of an agent that knows the gold (the `oracle` baseline); a game has none."""
+    def oracle(cls, task: Task, turn: int, info: dict[str, Any]) -> ToolCall | list[ToolCall]:
+        """The reply of an agent that knows the gold (the `oracle` baseline): a call, or the calls of one reply
+        (none: a reply without a call); a game has none."""
         raise ValueError(f"{cls.family} envs have no reference reply to play: use the random-legal baseline")
 
     @classmethod
@@ -165,7 +171,7 @@ class TextGameEnv(gymnasium.Env):
         move = self._guarded(lambda: self.begin(task, task_seed(task)), "reset")
         self.task = task
         messages = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else [])
-        messages.append({"role": "user", "content": move.observation})
+        messages += move.chat()
         return move.observation, {"messages": messages, "tools": self.tool_schemas(), "format": self.format,
                                   "task_id": task.id,
                                   "budget": self.max_turns, "env": self.entry_point(), "env_args": self.env_args(),
@@ -187,7 +193,7 @@ class TextGameEnv(gymnasium.Env):
             info["verdict"] = self.verdict().to_dict()
             info["messages"] = []
         else:
-            info["messages"] = [{"role": "user", "content": move.observation}]
+            info["messages"] = move.chat()
         return move.observation, move.reward, move.terminated, truncated, info
 
     def _guarded(self, fn: Any, what: str) -> Move:
