@@ -48,7 +48,7 @@ BFCL_STAMP := $(BFCL_VENV)/.sleuth-bfcl-installed
 PIP_INSTALL = -m pip install -q --no-cache-dir
 SHARE = $(PYTHON) install/share_venv_files.py $(VENV)
 
-.PHONY: setup vllm verl verifiers tinker bfcl run test bench ablate agent-tools lint clean
+.PHONY: setup vllm verl verifiers tinker bfcl bfcl-learn run test bench ablate agent-tools lint clean
 
 $(STAMP): pyproject.toml setup.py Makefile examples/sql_env/pyproject.toml
 	# bubblewrap isolates model-written code (sleuth.sandbox); without it the sandbox falls back to rlimits, loudly.
@@ -208,6 +208,21 @@ agent-tools: setup
 	$(VENV)/bin/sleuth compare runs/agent_tools_eval/warm runs/agent_tools_eval/cigpo --out runs/agent_tools_eval/cigpo-vs-warm
 	$(VENV)/bin/sleuth compare runs/agent_tools_eval/warm runs/agent_tools_eval/grpo --out runs/agent_tools_eval/grpo-vs-warm
 	$(VENV)/bin/sleuth compare runs/agent_tools_eval/grpo runs/agent_tools_eval/cigpo --out runs/agent_tools_eval/cigpo-vs-grpo
+
+# BFCL v4 learned on, judged on held-out items (docs/bfcl.md): SmolLM2 untrained → SFT warm start on train items'
+# possible answers → GRPO with BFCL's checker as the reward; each greedy on the first 20 held-out items of five
+# single-turn categories, paired in BFCL's leaderboard table.
+BFCL_HELD_OUT ?= bfcl:simple_python,multiple,parallel,irrelevance,live_simple:test:20
+BFCL_EVAL = $(VENV)/bin/sleuth eval --env bfcl:all --tasks $(BFCL_HELD_OUT) --max-tokens 96
+bfcl-learn: setup bfcl
+	$(VENV)/bin/sleuth sft --config configs/bfcl_sft.yaml --resume
+	$(BFCL_EVAL) --policy smollm2 --out runs/bfcl_eval/untrained
+	$(BFCL_EVAL) --policy runs/bfcl_sft/hf --out runs/bfcl_eval/warm
+	$(VENV)/bin/sleuth train --config configs/bfcl_grpo.yaml --resume
+	$(BFCL_EVAL) --policy runs/bfcl_grpo/hf --out runs/bfcl_eval/grpo
+	$(VENV)/bin/sleuth bfcl-table runs/bfcl_eval/untrained runs/bfcl_eval/warm --out runs/bfcl_eval/warm-vs-untrained
+	$(VENV)/bin/sleuth bfcl-table runs/bfcl_eval/warm runs/bfcl_eval/grpo --out runs/bfcl_eval/grpo-vs-warm
+	$(VENV)/bin/sleuth bfcl-table runs/bfcl_eval/untrained runs/bfcl_eval/grpo --out runs/bfcl_eval/grpo-vs-untrained
 
 # Advantage estimators from the warm start (runs/main/sft/hf, built if missing), same seeds and episode budget,
 # DocRead on hotpotqa:train → the first 100 hotpotqa:dev and 48 hotpotqa:test questions, one table each. The CPU

@@ -10,7 +10,8 @@ Live, Irrelevance, Multi Turn and Agentic. Agentic (web search, memory) does not
 category it did not run, it counts 0 in Overall (so Overall is at most 60). `tests/test_bfcl_table.py` checks these
 formulas against bfcl-eval's own functions. A category a run did not play counts 0 and shows "—".
 
-Episodes that failed (an infrastructure failure, never scored) are left out of the accuracy and counted."""
+Episodes that failed (an infrastructure failure, never scored) are left out of the accuracy and counted; an
+episode cut at the policy's context limit scores 0, as BFCL scores an item whose inference could not finish."""
 
 from __future__ import annotations
 
@@ -92,6 +93,15 @@ COLUMNS: list[tuple[str, Callable[[Scores], float], tuple[str, ...]]] = [
 ]
 
 
+def item_score(t: Trajectory) -> float | None:
+    """1.0 / 0.0 as BFCL scores the item; None for an infrastructure failure (never scored). An episode the loop
+    ended at the policy's context limit has no verdict: BFCL scores an item whose inference could not finish (the
+    endpoint refused the request) as failed, and so does this table."""
+    if t.failed:
+        return None
+    return float(t.verdict is not None and t.verdict.score >= 1.0)
+
+
 def run_scores(trajs: Sequence[Trajectory]) -> tuple[dict[str, dict[str, float]], dict[str, int]]:
     """category → {item id: score} over the scored episodes (the first sample of each task), and the failed
     episodes per category."""
@@ -99,11 +109,11 @@ def run_scores(trajs: Sequence[Trajectory]) -> tuple[dict[str, dict[str, float]]
     failed: dict[str, int] = {}
     for group in episodes(trajs):
         t = group[0]
-        category = category_of(t.task_id)
-        if t.failed or t.verdict is None:
+        category, score = category_of(t.task_id), item_score(t)
+        if score is None:
             failed[category] = failed.get(category, 0) + 1
             continue
-        scores.setdefault(category, {})[t.task_id] = float(t.verdict.score >= 1.0)
+        scores.setdefault(category, {})[t.task_id] = score
     return scores, failed
 
 

@@ -24,6 +24,7 @@ from sleuth.envs.families.bfcl import BFCL
 from sleuth.envs.remote import RemoteEnvError
 from sleuth.tasks import load_tasks
 from sleuth.tasks.bfcl import CATEGORIES, MULTI_TURN, BFCLDataError, scenario_of
+from sleuth.tasks.holdout import check_tasks, check_texts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -90,6 +91,16 @@ def test_the_split_holds_out_whole_scenarios_across_the_multi_turn_variants():
     for scenario in test_scenarios:  # each held-out scenario in all four variants
         assert sum(scenario_of(t.id) == scenario for t in test) == len(MULTI_TURN)
     assert {t.id for t in load_tasks("bfcl:test")} >= {t.id for t in test}
+
+
+def test_no_training_item_asks_or_holds_a_held_out_question():
+    """BFCL asks some questions in several items (`simple_python_12`'s is a live item's too) and its live items
+    reuse requests inside longer ones: the split keeps each with its held-out twin, so the held-out checks of
+    RL tasks (same question) and of SFT records (a held-out question inside) pass on all of `bfcl:train`."""
+    train, test = load_tasks("bfcl:train"), load_tasks("bfcl:test")
+    assert len(train) + len(test) == 4441 and len(test) > 1000
+    check_tasks(train, test, "bfcl:train")
+    check_texts([(t.id, f"{t.question} {json.dumps(t.payload['ground_truth'])}") for t in train], test, "bfcl:train")
 
 
 @pytest.mark.parametrize("spec, said", [("bfcl:web_search", "network"), ("bfcl:memory_kv", "prerequisite"),

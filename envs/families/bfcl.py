@@ -81,6 +81,9 @@ class BFCLEnv(TextGameEnv):
         self.added_functions_prompt = DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
         self.harness = Harness(self.format)
         self.key: str | None = None
+        # a multi-turn item's tools and their instructions, by function names: a name's doc is fixed by its
+        # backend's doc file, and the 800 multi-turn items share a few dozen tool sets
+        self._tool_sets: dict[tuple[str, ...], tuple[dict[str, Tool], str]] = {}
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         return [t.schema() for t in self.offered.values()]
@@ -94,10 +97,11 @@ class BFCLEnv(TextGameEnv):
         if self.env_id not in ("all", category):
             raise ValueError(f"task {task.id} is a {category} item; this env runs {self.env_id} (use bfcl:all)")
         self._release()
-        self.entry = json.loads(json.dumps(entry))  # BFCL's loop extends its function list: this episode's own copy
+        # BFCL's loop extends the function list (miss_func): this episode's own list; the backends copy the rest
+        self.entry = {**entry, "function": list(entry["function"])}
         self.multi = is_multi_turn(category)
         self.key = self.checker.episode_key()
-        self.offered = as_tools(self.checker.tools(self.entry["function"]))
+        self.offered, instructions = self._tool_set(self.entry["function"])
         self.user_turn, self.steps, self.force_quit = 0, 0, False
         self.result: list[Any] = []  # single-turn: one response; multi-turn: per user turn, per step
         self.turn_responses: list[Any] = []
@@ -105,12 +109,21 @@ class BFCLEnv(TextGameEnv):
             self.checker.execute([], self.entry, self.key)  # the backends, built from the item's initial_config
         messages = [dict(m) for m in self.entry["question"][0]]
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
-        # as the gateway renders a request's tools for a template that does not: their instructions join the system
-        # message (an item that offers no tools gets none)
-        instructions = self.harness.parser.instructions(self.offered) if self.offered else ""
         self.system_prompt = "\n\n".join(p for p in (system, instructions) if p) or None
         users = [m for m in messages if m["role"] != "system"]
         return Move(self._text(users), messages=users)
+
+    def _tool_set(self, functions: list[dict[str, Any]]) -> tuple[dict[str, Tool], str]:
+        """The tools as BFCL compiles them, and their instructions as the gateway renders a request's tools for a
+        template that does not: they join the system message (an item that offers no tools gets none)."""
+        key = tuple(f["name"] for f in functions) if self.multi else None
+        if key is None or key not in self._tool_sets:
+            offered = as_tools(self.checker.tools(functions))
+            built = (offered, self.harness.parser.instructions(offered) if offered else "")
+            if key is None:
+                return built
+            self._tool_sets[key] = built
+        return self._tool_sets[key]
 
     def advance(self, action: str) -> Move:
         parsed = self.harness.parser.parse(action, self.offered)

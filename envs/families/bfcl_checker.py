@@ -136,3 +136,17 @@ def score(item_id: str, result: Any, key: str) -> dict[str, Any]:
                       (Language.PYTHON, ReturnFormat.PYTHON))
     return eval_runner._evaluate_single_ast_entry(handler(), item_id, result, truth, prompt, MODEL, category,
                                                   language=language, return_format=form, has_tool_call_tag=False)
+
+
+def official_cli() -> None:
+    """bfcl-eval's own `bfcl` command (`generate`, `evaluate`, ...) with the served policy registered, so the
+    official harness runs against an OpenAI-compatible endpoint (`OPENAI_BASE_URL`, e.g. sleuth's gateway) as
+    `--model sleuth-policy-FC`: `python -m sleuth.envs.families.bfcl_checker generate --model sleuth-policy-FC ...`."""
+    register_model()
+    from bfcl_eval.__main__ import cli
+
+    cli()
+
+
+if __name__ == "__main__":
+    official_cli()
