@@ -25,7 +25,7 @@ def test_eval_finds_the_data_from_another_directory(tmp_path):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["train", "--config", "docread_cgpo"], "config file docread_cgpo does not exist (did you mean 'docread_cigpo'?)"),
-    (["sft", "--config", "nope.yaml"], "recipes: agent_tools_cigpo, agent_tools_grpo, agent_tools_sft, bfcl_grpo, bfcl_sft"),
+    (["sft", "--config", "nope.yaml"], "recipes: agent_tools_cigpo, agent_tools_grpo, agent_tools_sft, bfcl_grpo"),
     (["eval", "--tasks", "hotpotqa:test", "--policy", "gpt5", "--out", "o"], "unknown policy 'gpt5'"),
     (["eval", "--tasks", "hotpotqa:test", "--concurrency", "0", "--out", "o"], "--concurrency: must be ≥ 1"),
     (["train", "--set", "rollout.temperature=-1"], "rollout.temperature must be ≥ 0"),
