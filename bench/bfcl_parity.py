@@ -48,6 +48,41 @@ def official_scores(root: Path, categories: list[str]) -> dict[str, dict[str, fl
     return out
 
 
+def _reply(response: object) -> str:
+    """One model reply as compared: its calls as sorted JSON, else its text."""
+    if isinstance(response, list):
+        calls = [{n: json.loads(a) if isinstance(a, str) else a for n, a in c.items()} for c in response]
+        return json.dumps(calls, sort_keys=True)
+    return str(response).strip()
+
+
+def official_replies(root: Path) -> dict[str, list[str]]:
+    """item → its replies in order (a multi-turn item's steps turn after turn), as `bfcl generate` stored them."""
+    out = {}
+    for f in (root / "result").rglob("*_result.json"):
+        for line in f.read_text().splitlines():
+            if line.strip():
+                d = json.loads(line)
+                r = d["result"]
+                steps = [s for turn in r for s in turn] if d["id"].startswith("multi_turn") else [r]
+                out[d["id"]] = [_reply(s) for s in steps]
+    return out
+
+
+def sleuth_replies(trajs: list) -> dict[str, list[str]]:
+    """item → its replies in order, parsed as the gateway parses a reply into tool calls (the JSON harness)."""
+    from sleuth.envs.parsers import get_parser
+
+    parser, out = get_parser("json"), {}
+    for t in trajs:
+        replies = []
+        for turn in t.turns:
+            calls = parser.parse(turn.action_text, {}).calls
+            replies.append(_reply([{c.name: c.arguments} for c in calls]) if calls else turn.action_text.strip())
+        out[t.task_id] = replies
+    return out
+
+
 def overall_csv(root: Path) -> str:
     files = list((root / "score").rglob("data_overall.csv"))
     if not files:
@@ -120,8 +155,7 @@ def run_both(args: argparse.Namespace, out: Path, categories: list[str], bin_dir
 
 def compare(args: argparse.Namespace, out: Path, categories: list[str]) -> int:
     official = out / "official"
-    timing = json.loads((out / "timing.json").read_text())
-    official_s, sleuth_s = timing["official_s"], timing["sleuth_s"]
+    timing = json.loads((out / "timing.json").read_text()) if (out / "timing.json").exists() else None
     theirs = official_scores(official, categories)
     ours: dict[str, dict[str, float]] = {}
     failed = []
@@ -133,15 +167,18 @@ def compare(args: argparse.Namespace, out: Path, categories: list[str]) -> int:
             failed.append(t.task_id)
             continue
         ours.setdefault(category_of(t.task_id), {})[t.task_id] = score
+    their_replies, our_replies = official_replies(official), sleuth_replies(played)
     rows, disagreements = [], []
-    compared = agree = 0
+    compared = agree = same_replies = 0
     for c in categories:
         both = sorted(set(theirs.get(c, {})) & set(ours.get(c, {})))
         same = sum(theirs[c][i] == ours[c][i] for i in both)
-        compared, agree = compared + len(both), agree + same
-        disagreements += [{"id": i, "official": theirs[c][i], "sleuth": ours[c][i]} for i in both
-                          if theirs[c][i] != ours[c][i]]
-        rows.append(f"| {c} | {len(both)} | {same} ({100 * same / max(1, len(both)):.0f}%) | "
+        replies = sum(their_replies.get(i) == our_replies.get(i) for i in both)
+        compared, agree, same_replies = compared + len(both), agree + same, same_replies + replies
+        disagreements += [{"id": i, "official": theirs[c][i], "sleuth": ours[c][i],
+                           "official_replies": their_replies.get(i), "sleuth_replies": our_replies.get(i)}
+                          for i in both if theirs[c][i] != ours[c][i] or their_replies.get(i) != our_replies.get(i)]
+        rows.append(f"| {c} | {len(both)} | {same} ({100 * same / max(1, len(both)):.0f}%) | {replies} | "
                     f"{100 * sum(theirs[c][i] for i in both) / max(1, len(both)):.1f} | "
                     f"{100 * sum(ours[c][i] for i in both) / max(1, len(both)):.1f} |")
     ours_table = bfcl_report([out / "sleuth"])
@@ -150,13 +187,15 @@ def compare(args: argparse.Namespace, out: Path, categories: list[str]) -> int:
         f"# BFCL parity: official harness vs sleuth eval ({args.policy}, greedy, {args.max_tokens} tokens per reply)",
         "", f"{time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
         f"`{' '.join(sys.argv)}`", "",
-        "| category | items | same verdict | official acc (%) | sleuth acc (%) |", "|---|---|---|---|---|", *rows,
-        f"| all | {compared} | {agree} ({100 * agree / max(1, compared):.1f}%) | | |", "",
+        "| category | items | same verdict | same replies, every step | official acc (%) | sleuth acc (%) |",
+        "|---|---|---|---|---|---|", *rows,
+        f"| all | {compared} | {agree} ({100 * agree / max(1, compared):.1f}%) | {same_replies} | | |", "",
         f"Overall Acc, BFCL's way: official `bfcl evaluate` {overall_csv(official)}; sleuth {ours_overall}", "",
-        f"Episodes per minute, one at a time: official harness through the gateway "
-        f"{60 * n_official / official_s:.1f} ({n_official} in {official_s:.0f} s); sleuth eval "
-        f"{60 * n_sleuth / sleuth_s:.1f} ({n_sleuth} in {sleuth_s:.0f} s). sleuth episodes failed (not scored): "
-        f"{len(failed)} {failed[:10]}"])
+        (f"Episodes per minute, one at a time: official harness through the gateway "
+         f"{60 * n_official / timing['official_s']:.1f} ({n_official} in {timing['official_s']:.0f} s); sleuth eval "
+         f"{60 * n_sleuth / timing['sleuth_s']:.1f} ({n_sleuth} in {timing['sleuth_s']:.0f} s). " if timing else
+         "Not timed (the runs were compared again). ") +
+        f"sleuth episodes failed (not scored): {len(failed)} {failed[:10]}"])
     (out / "parity.md").write_text(report + "\n")
     (out / "disagreements.jsonl").write_text("".join(json.dumps(d) + "\n" for d in disagreements))
     print(report)

@@ -132,6 +132,9 @@ def test_a_wrong_answer_scores_zero_with_the_checkers_reason():
     assert "calculate_triangle_area" in info["messages"][0]["content"]  # the tools in the system message
     _, reward, terminated, _, info = env.step(call("calculate_triangle_area", base=10, height=6))
     assert terminated and reward == 0.0 and info["verdict"]["details"]["error_type"] == "value_error:others"
+    env.reset(options={"task": task})  # the right answer: the checker's score is the reward training reads
+    _, reward, terminated, _, info = env.step(call("calculate_triangle_area", base=10, height=5))
+    assert terminated and reward == 1.0 == info["verdict"]["score"]
     env.close()
 
 

@@ -81,6 +81,7 @@ class BFCLEnv(TextGameEnv):
         self.added_functions_prompt = DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
         self.harness = Harness(self.format)
         self.key: str | None = None
+        self._verdict = Verdict(0.0, {"error": "no episode"})
         # a multi-turn item's tools and their instructions, by function names: a name's doc is fixed by its
         # backend's doc file, and the 800 multi-turn items share a few dozen tool sets
         self._tool_sets: dict[tuple[str, ...], tuple[dict[str, Tool], str]] = {}
@@ -103,6 +104,8 @@ class BFCLEnv(TextGameEnv):
         self.key = self.checker.episode_key()
         self.offered, instructions = self._tool_set(self.entry["function"])
         self.user_turn, self.steps, self.force_quit = 0, 0, False
+        self._verdict = Verdict(0.0, {"category": category, "valid": False, "error_type": "cut",
+                                      "error": "the episode was cut before BFCL ended it (max_turns)"})
         self.result: list[Any] = []  # single-turn: one response; multi-turn: per user turn, per step
         self.turn_responses: list[Any] = []
         if self.multi:
@@ -133,7 +136,7 @@ class BFCLEnv(TextGameEnv):
                    "error": _call_error(parsed.error, parsed.calls, self.offered)}
         if not self.multi:
             self.result = response
-            return Move("", terminated=True, details=details)
+            return self._scored(details)
         self.turn_responses.append(response)
         try:
             decoded = self.checker.decode_execute(response)
@@ -146,7 +149,7 @@ class BFCLEnv(TextGameEnv):
         if self.steps > self.step_limit:  # BFCL force-quits the item: it is scored as failed
             self.force_quit = True
             self.result.append(self.turn_responses)
-            return Move("", terminated=True, details={**details, "force_quit": True})
+            return self._scored({**details, "force_quit": True})
         tool_messages = [{"role": "tool", "content": r} for r in results]
         return Move(self._text(tool_messages), messages=tool_messages, details=details)
 
@@ -155,7 +158,7 @@ class BFCLEnv(TextGameEnv):
         self.turn_responses, self.steps = [], 0
         self.user_turn += 1
         if self.user_turn >= len(self.entry["question"]):
-            return Move("", terminated=True, details=details)
+            return self._scored(details)
         messages = [dict(m) for m in self.entry["question"][self.user_turn]]
         added = self.entry.get("missed_function", {}).get(str(self.user_turn))
         if added:  # BFCL's miss_func: the held-out functions are offered from this turn on
@@ -170,16 +173,20 @@ class BFCLEnv(TextGameEnv):
     def _text(messages: list[dict[str, Any]]) -> str:
         return "\n".join(m["content"] for m in messages)
 
-    def verdict(self) -> Verdict:
-        if self.key is None:
-            return Verdict(0.0, {"error": "no episode"})
+    def _scored(self, details: dict[str, Any]) -> Move:
+        """The item's end: BFCL's checker scores it, and its score is the last step's reward (what training
+        reads) as well as the verdict's."""
         try:
             outcome = self.checker.score(self.task.id, self.result, self.key)
         except Exception as e:  # BFCL's checker itself broke on this item: no score
             raise EnvFailure(f"bfcl: the checker raised on {self.task.id}: {type(e).__name__}: {e}") from e
         finally:
             self._release()
-        return Verdict(float(bool(outcome["valid"])), _details(outcome, self))
+        self._verdict = Verdict(float(bool(outcome["valid"])), _details(outcome, self))
+        return Move("", reward=self._verdict.score, terminated=True, details=details)
+
+    def verdict(self) -> Verdict:
+        return self._verdict
 
     def _release(self) -> None:
         if self.key is not None:
