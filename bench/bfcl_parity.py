@@ -26,7 +26,7 @@ from sleuth.agents.bfcl_table import bfcl_report, item_score
 from sleuth.agents.evaluate import load_trajectories
 from sleuth.envs.families.bfcl import BFCL
 from sleuth.net import free_port, wait_healthy
-from sleuth.tasks import load_tasks, write_tasks
+from sleuth.tasks import load_tasks, read_tasks, write_tasks
 from sleuth.tasks.bfcl import CATEGORIES, category_of
 
 MODEL = "sleuth-policy-FC"
@@ -69,15 +69,16 @@ def official_replies(root: Path) -> dict[str, list[str]]:
     return out
 
 
-def sleuth_replies(trajs: list) -> dict[str, list[str]]:
-    """item → its replies in order, parsed as the gateway parses a reply into tool calls (the JSON harness)."""
+def sleuth_replies(trajs: list, offered: dict[str, set[str]]) -> dict[str, list[str]]:
+    """item → its replies in order, read as the gateway reads a reply (the JSON harness's calls of the tools the
+    item offers; a reply whose calls name none of them is its text)."""
     from sleuth.envs.parsers import get_parser
 
     parser, out = get_parser("json"), {}
     for t in trajs:
         replies = []
         for turn in t.turns:
-            calls = parser.parse(turn.action_text, {}).calls
+            calls = [c for c in parser.parse(turn.action_text, {}).calls if c.name in offered[t.task_id]]
             replies.append(_reply([{c.name: c.arguments} for c in calls]) if calls else turn.action_text.strip())
         out[t.task_id] = replies
     return out
@@ -167,7 +168,13 @@ def compare(args: argparse.Namespace, out: Path, categories: list[str]) -> int:
             failed.append(t.task_id)
             continue
         ours.setdefault(category_of(t.task_id), {})[t.task_id] = score
-    their_replies, our_replies = official_replies(official), sleuth_replies(played)
+    offered = {}
+    for t in read_tasks(out / "items.jsonl"):
+        entry = t.payload["entry"]
+        names = [f["name"] for f in entry["function"]]
+        names += [f["name"] for fs in entry.get("missed_function", {}).values() for f in fs]
+        offered[t.id] = {n.replace(".", "_") for n in names}
+    their_replies, our_replies = official_replies(official), sleuth_replies(played, offered)
     rows, disagreements = [], []
     compared = agree = same_replies = 0
     for c in categories:

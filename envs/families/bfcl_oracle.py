@@ -1,12 +1,11 @@
 """BFCL's possible answers as the replies of a function-calling model (the `oracle` policy on `bfcl:` envs).
 
 A single-turn possible answer lists, per argument, every accepted value (`""`: the argument may be left out); a
-dict-typed argument is itself such a spec (where each of its values is a list), also inside a list. The oracle takes
-the first accepted value of each, recursively. BFCL's Java and JavaScript items declare every parameter as a
-string holding a Java / JavaScript literal (its checker parses them back with `java_type_converter` /
-`js_type_converter` by the original type): the oracle writes each value as that literal, from the original types
-the task loader keeps (`payload.source_types`). A relevance item (a call is wanted, any call) gets a call of its
-first tool.
+dict-typed argument is itself such a spec, also inside a list. The oracle takes the first accepted value of each.
+BFCL's Java and JavaScript items declare every parameter as a string holding a Java / JavaScript literal (its
+checker parses them back with `java_type_converter` / `js_type_converter` by the original type): the oracle writes
+each value as that literal, from the original types the task loader keeps (`payload.source_types`). A relevance
+item (a call is wanted, any call) gets a call of its first tool.
 
 A multi-turn ground truth is, per user turn, a list of Python call strings (`sort('final_report.pdf')`); the
 oracle makes a turn's calls in one reply, then a reply without a call, which ends the turn. Positional arguments
@@ -23,18 +22,25 @@ from sleuth.envs.parsers import ToolCall
 Spec = dict[str, list[Any]]
 
 
-def first_accepted(options: list[Any]) -> Any:
-    return pick(next(o for o in options if o != ""))
+def first_accepted(options: Any) -> Any:
+    return next(o for o in options if o != "")
 
 
-def pick(value: Any) -> Any:
-    """A concrete value from a possible-answer value: dicts whose values all list accepted values are specs of their
-    own, also inside lists; any other dict is a value as it is."""
-    if isinstance(value, dict) and all(isinstance(opts, list) for opts in value.values()):
-        return {k: first_accepted(opts) for k, opts in value.items() if any(o != "" for o in opts)}
+def argument(options: list[Any]) -> Any:
+    """An argument's value from its accepted values, read as BFCL's checker reads them: a dict is a spec of its
+    own (`dict_checker`), as is each dict of a list (`list_dict_checker`); inside a spec, values are compared as
+    they are (`live_multiple_121-46-0`), and a text where a list of values belongs is its characters
+    (`simple_java_64`)."""
+    value = first_accepted(options)
+    if isinstance(value, dict):
+        return _spec(value)
     if isinstance(value, list):
-        return [pick(x) if isinstance(x, dict) else x for x in value]
+        return [_spec(x) if isinstance(x, dict) else x for x in value]
     return value
+
+
+def _spec(spec: dict[str, Any]) -> dict[str, Any]:
+    return {k: first_accepted(opts) for k, opts in spec.items() if any(o != "" for o in opts)}
 
 
 def java_literal(v: Any, kind: str, nested: str | None = None) -> str:
@@ -125,7 +131,7 @@ def single_turn_calls(truth: list[dict[str, Spec]] | None, source_types: dict[st
     calls = []
     for call in truth:
         (name, spec), = call.items()
-        args = {k: first_accepted(opts) for k, opts in spec.items() if any(o != "" for o in opts)}
+        args = {k: argument(opts) for k, opts in spec.items() if any(o != "" for o in opts)}
         if language in ("java", "javascript"):
             types = (source_types or {})[name]
             literal = java_literal if language == "java" else js_literal
