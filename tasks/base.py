@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -61,6 +62,11 @@ class Task:
 
 
 TASK_FIELDS = frozenset(f.name for f in fields(Task))
+
+
+def normalise_question(text: str) -> str:
+    """A question as held-out checks compare them: lower-cased, punctuation and spacing collapsed."""
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
 def write_tasks(tasks: Iterable[Task], path: str | Path) -> None:

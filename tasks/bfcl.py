@@ -27,8 +27,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sleuth.tasks.base import Task
-from sleuth.tasks.holdout import normalise_question
+from sleuth.tasks.base import Task, normalise_question
 
 # The scoring categories of BFCL v4 that run offline, in the leaderboard's column order (`constants/column_headers.py`:
 # non-live, live, multi-turn). Not here: web_search (calls a search API over the network); memory (its items read

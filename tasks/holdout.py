@@ -6,11 +6,10 @@ pasted into a chat record is caught as well."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from sleuth.tasks.base import Task
+from sleuth.tasks.base import Task, normalise_question
 
 HELD_OUT_SPLIT = "test"
 _SHOWN = 3  # overlapping items named in the error
@@ -19,9 +18,6 @@ _SHOWN = 3  # overlapping items named in the error
 class LeakageError(ValueError):
     """Training data contains held-out (evaluation) data."""
 
-
-def normalise_question(text: str) -> str:
-    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
 def held_out_specs(train_spec: str, extra: Iterable[str | None] = ()) -> list[str]:
