@@ -34,11 +34,27 @@ class ChatRenderer:
         eos = tokenizer.eos_token_id
         self.stop_ids: set[int] = {eos} if isinstance(eos, int) else set(eos or [])
 
-    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = False) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = False,
+               tools: list[dict[str, Any]] | None = None) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                                  tools=tools)
 
-    def prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
-        return self.encode(self.render(messages, add_generation_prompt=True))
+    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """The first prompt; `tools` (OpenAI tool schemas) go to the template, for an env in the `template` harness:
+        refused where the template does not render them (the model would never see its tools)."""
+        if tools and not self.renders_tools:
+            raise ValueError("this model's chat template does not render tools, so the `template` harness would "
+                             "hide them from it: use the json harness (tools in the system message)")
+        return self.encode(self.render(messages, add_generation_prompt=True, tools=tools or None))
+
+    @functools.cached_property
+    def renders_tools(self) -> bool:
+        probe = [{"type": "function", "function": {"name": "probe_tool_name", "description": "probe",
+                                                   "parameters": {"type": "object", "properties": {}}}}]
+        try:
+            return "probe_tool_name" in self.render([{"role": "user", "content": "u"}], tools=probe)
+        except Exception:  # a template that refuses tools renders none
+            return False
 
     def observation_ids(self, new_messages: list[dict[str, Any]], action_ids: list[int]) -> list[int]:
         """Ids to append after `action_ids` so the sequence continues exactly as the template renders

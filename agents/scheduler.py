@@ -208,7 +208,8 @@ class EpisodeScheduler:
             traj = Trajectory(task_id=task.id, env_id=self.env_id, prompt_ids=ids, group=item.group or task.id,
                               reward=sum(t.reward for t in done), branch_at=item.at)
         else:
-            ids = self.renderer.prompt_ids(messages)
+            tools = info.get("tools") if info.get("format") == "template" else None  # the template shows them
+            ids = self.renderer.prompt_ids(messages, tools)
             traj = Trajectory(task_id=task.id, env_id=self.env_id, prompt_ids=ids, group=task.id)
         ep = Episode(index, env, task, traj, list(ids), messages, info, started=began,
                      first_turn=item.at if isinstance(item, Branch) else 0, legal_actions=info.get("legal_actions"))

@@ -237,6 +237,18 @@ def _strip_quotes(s: str) -> str:
     return s[1:-1] if len(s) >= 2 and s[0] == s[-1] and s[0] in "\"'" else s
 
 
+class TemplateParser(JSONParser):
+    """The model's own chat-template tool format: the env's tools go to the chat template (`tools=`), which shows
+    them in its own words, so the harness adds no instructions; the reply's calls are read as Hermes / OpenAI JSON
+    calls, the format the templates that render tools ask for (Qwen, Hermes, Llama 3.1). Needs a template that
+    renders `tools` (the agent loop refuses one that does not)."""
+
+    name = "template"
+
+    def instructions(self, tools: Mapping[str, Tool]) -> str:
+        return ""
+
+
 class FreeParser(ToolCallParser):
     """The harness of envs whose action is the whole reply (reasoning-gym, GEM, TextArena: `envs/families`): no
     tool calls to read; a scripted policy's call is written as its one argument's text."""
@@ -256,7 +268,7 @@ class FreeParser(ToolCallParser):
 # Tool-call formats by name (plugins: entry-point group `sleuth.parsers`, name → a ToolCallParser class).
 PARSERS: Registry[Callable[[], ToolCallParser]] = Registry("tool-call format", group="sleuth.parsers")
 for _name, _cls in {"json": JSONParser, "text": TextParser, "tags": TagParser, "searchr1": TagParser,
-                    "free": FreeParser}.items():
+                    "free": FreeParser, "template": TemplateParser}.items():
     PARSERS.register(_name, _cls, "sleuth")
 
 

@@ -224,3 +224,27 @@ def test_sleuth_eval_writes_the_leaderboard_table_and_bfcl_table_pairs_two_runs(
     assert simple["diff"] == -1.0 and simple["b_worse"] == simple["n"] == 6
     irrelevance = next(r for r in paired if r["column"] == "irrelevance")
     assert irrelevance["diff"] == 0.0  # no call is the right answer there
+
+
+# A template that renders tools itself (as Qwen's does): the tools as JSON lines in its system turn.
+TOOL_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\n# Tools\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|im_end|>\n"
+    "{%- endif %}{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}")
+
+
+@needs_venv
+def test_the_template_harness_shows_the_tools_through_the_models_own_chat_template():
+    """harness `template`: no JSON-harness instructions; the tools reach the model through its chat template, and
+    the oracle's calls in that format still score 1.0. A template that does not render tools is refused."""
+    from sleuth.agents.scripted import Oracle
+
+    tokenizer = load_tokenizer("smollm2")
+    tokenizer.chat_template = TOOL_TEMPLATE
+    tasks = load_tasks("bfcl:simple_python[0:2]") + load_tasks("bfcl:multi_turn_base[0:1]")
+    trajs = list(run_episodes(lambda: sleuth.make("bfcl:all", harness="template"), tasks, Oracle(tokenizer)))
+    assert [t.verdict.score for t in trajs] == [1.0, 1.0, 1.0]
+    prompt = tokenizer.decode(next(t for t in trajs if t.task_id == "simple_python_0").prompt_ids)
+    assert "# Tools" in prompt and "calculate_triangle_area" in prompt and "You can call these tools" not in prompt
+    with pytest.raises(ValueError, match="does not render tools"):  # SmolLM2's own template ignores `tools`
+        list(run_episodes(lambda: sleuth.make("bfcl:all", harness="template"), tasks[:1], load_policy("oracle")))

@@ -61,7 +61,7 @@ def as_tools(openai_tools: list[dict[str, Any]]) -> dict[str, Tool]:
 
 class BFCLEnv(TextGameEnv):
     family = "bfcl"
-    harnesses = ("json",)
+    harnesses = ("json", "template")
 
     def __init__(self, category: str, **kwargs: Any):
         if category != "all" and category not in CATEGORIES:
