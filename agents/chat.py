@@ -49,12 +49,7 @@ class ChatRenderer:
 
     @functools.cached_property
     def renders_tools(self) -> bool:
-        probe = [{"type": "function", "function": {"name": "probe_tool_name", "description": "probe",
-                                                   "parameters": {"type": "object", "properties": {}}}}]
-        try:
-            return "probe_tool_name" in self.render([{"role": "user", "content": "u"}], tools=probe)
-        except Exception:  # a template that refuses tools renders none
-            return False
+        return template_renders_tools(self.tokenizer)
 
     def observation_ids(self, new_messages: list[dict[str, Any]], action_ids: list[int]) -> list[int]:
         """Ids to append after `action_ids` so the sequence continues exactly as the template renders
@@ -99,6 +94,20 @@ class ChatRenderer:
                   and self._delta([{"role": role, "content": probe}]) == pre + probe + post + self._generation_prompt)
             self._wrappers[role] = (pre, post) if ok else None
         return self._wrappers[role]
+
+
+_PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool_name", "description": "probe",
+                                                "parameters": {"type": "object", "properties": {}}}}
+
+
+def template_renders_tools(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template shows the `tools` it is given (Qwen's, Llama 3.1's do; SmolLM2's
+    renders only role and content)."""
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "u"}], tools=[_PROBE_TOOL], tokenize=False)
+    except Exception:  # a template that refuses tools renders none
+        return False
+    return "probe_tool_name" in text
 
 
 def _segment_encoder(tokenizer: Any, probes: list[str]) -> Callable[[str], list[int]]:

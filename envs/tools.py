@@ -45,6 +45,15 @@ class Tool:
     parameters: dict[str, Any]
     final: bool = False  # calling it ends the episode; its return value is the response to verify
 
+    @classmethod
+    def run_elsewhere(cls, spec: dict[str, Any]) -> Tool:
+        """A tool from its OpenAI function-calling schema that someone else runs (an agent behind the gateway, a
+        foreign env): its schema feeds a harness's instructions and parser; calling it here is an error. Raises
+        KeyError / TypeError on a schema without `function.name`."""
+        f = spec["function"]
+        return cls(f["name"], _run_elsewhere, f.get("description") or "",
+                   f.get("parameters") or {"type": "object", "properties": {}})
+
     def schema(self) -> dict[str, Any]:
         """OpenAI function-calling schema."""
         return {"type": "function",
@@ -161,3 +170,7 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, final
         return f
 
     return mark(fn) if fn is not None else mark
+
+
+def _run_elsewhere(**_: Any) -> Any:
+    raise RuntimeError("this tool is run by whoever offered it (an agent, a foreign env), never by sleuth")

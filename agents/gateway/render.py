@@ -14,11 +14,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from sleuth.agents.chat import template_renders_tools
 from sleuth.envs.parsers import NO_CALL, JSONParser, ParseResult, ToolCall
 from sleuth.envs.tools import Tool
 
-_PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool_name", "description": "probe",
-                                                "parameters": {"type": "object", "properties": {}}}}
 _PROBE_CALL = {"id": "c0", "type": "function", "function": {"name": "probe_call_name", "arguments": "{}"}}
 
 
@@ -87,7 +86,7 @@ class ChatFormat:
         self.tokenizer = tokenizer
         self.parser = JSONParser()
         user = [{"role": "user", "content": "u"}]
-        self.renders_tools = "probe_tool_name" in self._render(user, [_PROBE_TOOL])
+        self.renders_tools = template_renders_tools(tokenizer)
         called = [*user, {"role": "assistant", "content": "", "tool_calls": [_PROBE_CALL]}]
         self.renders_tool_calls = "probe_call_name" in self._render(called, None)
         probe = self._render([*user, {"role": "assistant", "content": "probe_reply"}], None)
@@ -174,13 +173,8 @@ def _tools(tools: list[dict[str, Any]] | None) -> dict[str, Tool]:
     out = {}
     for t in tools or []:
         try:
-            f = t["function"]
-            out[f["name"]] = Tool(f["name"], _no_call, f.get("description", ""),
-                                  f.get("parameters") or {"type": "object", "properties": {}})
+            tool = Tool.run_elsewhere(t)
         except (KeyError, TypeError):
             raise MessageError("a tool must be {'type': 'function', 'function': {'name', ...}}") from None
+        out[tool.name] = tool
     return out
-
-
-def _no_call(**_: Any) -> str:
-    raise RuntimeError("gateway tools are run by the agent, never by sleuth")

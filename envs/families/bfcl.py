@@ -45,18 +45,9 @@ BFCL = ForeignVenv("bfcl", "SLEUTH_BFCL_PYTHON", ".venv-bfcl", "bfcl",
 # bfcl-eval's `DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC` and `MAXIMUM_STEP_LIMIT` are read from it in `begin`.
 
 
-def _no_call(**_: Any) -> str:
-    raise RuntimeError("BFCL's backends run the calls, not the harness")
-
-
 def as_tools(openai_tools: list[dict[str, Any]]) -> dict[str, Tool]:
-    """OpenAI tool definitions as sleuth Tools (the harness's instructions and parser), as the gateway reads them."""
-    out = {}
-    for t in openai_tools:
-        f = t["function"]
-        out[f["name"]] = Tool(f["name"], _no_call, f.get("description", ""),
-                              f.get("parameters") or {"type": "object", "properties": {}})
-    return out
+    """BFCL's compiled tools as sleuth Tools (the harness's instructions and parser; BFCL's backends run them)."""
+    return {t["function"]["name"]: Tool.run_elsewhere(t) for t in openai_tools}
 
 
 class BFCLEnv(TextGameEnv):

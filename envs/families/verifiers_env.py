@@ -63,10 +63,8 @@ def request_tools(body: dict[str, Any]) -> dict[str, Tool]:
     """The OpenAI function tools a request offers, as sleuth tools (schemas only: verifiers runs them)."""
     tools = {}
     for spec in body.get("tools") or []:
-        fn = spec.get("function") or {}
-        if fn.get("name"):
-            tools[fn["name"]] = Tool(fn["name"], lambda **_: None, fn.get("description") or "",
-                                     fn.get("parameters") or {"type": "object", "properties": {}})
+        if (spec.get("function") or {}).get("name"):
+            tools[spec["function"]["name"]] = Tool.run_elsewhere(spec)
     return tools
 
 
