@@ -88,21 +88,22 @@ def test_an_episode_whose_generation_never_returns_times_out_and_the_others_fini
 def test_env_steps_replace_a_thread_given_up_on_and_keep_their_width():
     hold = threading.Event()
 
-    def ours():
-        return sum(t.name == "sleuth-env" and t.is_alive() for t in threading.enumerate())
+    earlier = set(threading.enumerate())  # threads of earlier tests may retire meanwhile: count only new ones
 
-    before = ours()
+    def ours():
+        return sum(t.name == "sleuth-env" and t.is_alive() and t not in earlier for t in threading.enumerate())
+
     steps = EnvSteps(1)
     stuck = steps.submit(lambda: hold.wait() and "late")
     assert not _eventually(stuck.done, 0.2)
     steps.release(stuck)
-    assert steps.released == 1 and ours() == before + 2
+    assert steps.released == 1 and ours() == 2
     assert steps.submit(lambda: "next").result(timeout=5) == "next"  # a new thread took the stuck one's place
     hold.set()  # the stuck call returns at last: its outcome arrives, its thread retires, the width stays one
     assert stuck.result(timeout=5) == "late"
-    assert _eventually(lambda: ours() == before + 1)
+    assert _eventually(lambda: ours() == 1)
     steps.close()
-    assert _eventually(lambda: ours() == before)
+    assert _eventually(lambda: ours() == 0)
 
 
 class Writes:
