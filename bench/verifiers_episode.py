@@ -65,7 +65,7 @@ def verifiers_alone() -> list[float]:
 
             async def answer() -> None:  # a model that replies at once: the call, then the answer
                 while True:
-                    body, reply = await requests.get()
+                    body, reply, _ = await requests.get()
                     asked = any(m.get("role") == "tool" for m in body["messages"])
                     reply.set_result({"content": "The sum is 3."} if asked else {"content": None, "tool_calls": [
                         {"id": "c1", "type": "function",

@@ -1,7 +1,8 @@
 """Envs behind HTTP: `sleuth serve env --env ID --port P [--max-sessions N]` (FastAPI on uvicorn).
 
 POST   /sessions                  {"kwargs": {...}} → {"session_id"}   (429 beyond max_sessions)
-POST   /sessions/{id}/reset       {"task": {...}, "seed": int?}  → {"observation", "info"}
+POST   /sessions/{id}/reset       {"task": {...}?, "seed": int?}  → {"observation", "info"}
+                                  (no task: the env takes its seed, as `env.reset(seed=...)` does in process)
 POST   /sessions/{id}/step        {"action": "...", "seq": int?}
                                   → {"observation", "reward", "terminated", "truncated",
                                   "info"}
@@ -49,7 +50,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
         kwargs: dict[str, Any] = Field(default_factory=dict)
 
     class Reset(BaseModel):
-        task: dict[str, Any]
+        task: dict[str, Any] | None = None
         seed: int | None = None
 
     class Step(BaseModel):
@@ -117,7 +118,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
         with s["lock"]:
             try:
                 s["reset"], s["last_step"] = False, None  # a failed reset leaves nothing to step
-                obs, info = s["env"].reset(seed=req.seed, options={"task": req.task})
+                obs, info = s["env"].reset(seed=req.seed, options={"task": req.task} if req.task is not None else None)
             except EnvFailure as e:  # the env itself broke: its message, as a server error
                 return JSONResponse({"detail": str(e)}, 500)
             except (ValueError, TypeError, KeyError) as e:

@@ -3,8 +3,9 @@ so envs too heavy for the trainer's machine run elsewhere. `url` may list severa
 RemoteEnv takes the next one, round robin, so the agent loop spreads its episodes over them.
 
 `tasks=[...]` works as for the built-in envs: a reset without `options={"task": ...}` draws one of them
-(with the env's seeded generator, here) and sends it to the server. Every other keyword builds the env on
-the server (e.g. `harness="text"`).
+(with the env's seeded generator, here) and sends it to the server. Without either, the reset sends only its
+seed (or none) and the env on the server takes it as it would in process (a family env's seed is its episode: a
+row, a game seed). Every other keyword builds the env on the server (e.g. `harness="text"`).
 
 Faults: requests time out (never a hang); connection failures and 429/502/503/504 answers are retried
 with backoff (`retries` times, counted under "env" in `net.retry_counts()`), then a dead or failing
@@ -45,14 +46,16 @@ def _pick_url(url: str, cls: str) -> str:
         return urls[next(_next_server) % len(urls)]
 
 
-def _task_payload(options: dict[str, Any] | None, tasks: list[Any] | None, rng: Any, cls: str) -> dict[str, Any]:
-    """The task a reset sends: options["task"], else one of `tasks` drawn with `rng` (as ToolEnv draws)."""
+def _reset_body(options: dict[str, Any] | None, tasks: list[Any] | None, rng: Any, seed: int | None
+                ) -> dict[str, Any]:
+    """What a reset sends: options["task"], else one of `tasks` drawn with `rng` (as ToolEnv draws), else no task:
+    the seed alone, which the server's env takes as `reset(seed=...)` does in process."""
     task = (options or {}).get("task")
-    if task is None:
-        if not tasks:
-            raise ValueError(f"{cls}.reset needs options={{'task': Task}} or an env built with tasks=[...]")
+    if task is None and tasks:
         task = tasks[int(rng.integers(len(tasks)))]
-    return task.to_dict() if hasattr(task, "to_dict") else dict(task)
+    if task is None:
+        return {"task": None, "seed": seed}
+    return {"task": task.to_dict() if hasattr(task, "to_dict") else dict(task), "seed": seed}
 
 
 def _unreachable(url: str, path: str, e: httpx.TransportError) -> RemoteEnvError:
@@ -101,9 +104,9 @@ class RemoteEnv(gymnasium.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        payload = _task_payload(options, self.tasks, self.np_random, "RemoteEnv")
+        body = _reset_body(options, self.tasks, self.np_random, seed)
         self.open()
-        out = self._call("POST", f"/sessions/{self.session_id}/reset", {"task": payload, "seed": seed})
+        out = self._call("POST", f"/sessions/{self.session_id}/reset", body)
         return out["observation"], out["info"]
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -149,10 +152,10 @@ class AsyncRemoteEnv:
     async def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         if seed is not None:
             self.np_random, _ = seeding.np_random(seed)
-        payload = _task_payload(options, self.tasks, self.np_random, "AsyncRemoteEnv")
+        body = _reset_body(options, self.tasks, self.np_random, seed)
         if self.session_id is None:
             self.session_id = (await self._call("POST", "/sessions", {"kwargs": self.env_kwargs}))["session_id"]
-        out = await self._call("POST", f"/sessions/{self.session_id}/reset", {"task": payload, "seed": seed})
+        out = await self._call("POST", f"/sessions/{self.session_id}/reset", body)
         return out["observation"], out["info"]
 
     async def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:

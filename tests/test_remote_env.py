@@ -99,6 +99,31 @@ def test_remote_env_errors_are_clear():
         env.reset(options={"task": {"id": "x", "question": "q"}})
 
 
+def test_a_reset_by_seed_plays_the_episode_the_env_plays_in_process():
+    """No task, a seed: the env on the server takes it as in process (a family env's seed is its episode), in the
+    sync and async clients, and a session's resets follow the seeds as the env's own do. An env that needs a task
+    says so itself."""
+    import asyncio
+
+    from sleuth.envs.remote import AsyncRemoteEnv
+
+    async def async_reset(url):
+        env = AsyncRemoteEnv(url)
+        out = await env.reset(seed=2)
+        await env.aclose()
+        return out
+
+    with in_thread(create_app("reasoning_gym:chain_sum")) as url:
+        remote, local = RemoteEnv(url), sleuth.make("reasoning_gym:chain_sum")
+        for seed in (2, 7, 2):
+            assert remote.reset(seed=seed) == local.reset(seed=seed)
+        assert asyncio.run(async_reset(url)) == local.reset(seed=2)
+        remote.close()
+    with in_thread(create_app("sleuth/DocRead-v0")) as url:
+        with pytest.raises(RemoteEnvError, match=r"reset needs options=\{'task': Task\}"):
+            RemoteEnv(url).reset(seed=2)
+
+
 def test_async_remote_env_runs_concurrent_episodes(hotpot_tasks):
     import asyncio
 

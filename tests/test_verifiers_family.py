@@ -19,7 +19,7 @@ from sleuth.agents.loop import run_episodes
 from sleuth.agents.policies import load_tokenizer
 from sleuth.agents.policy import Generation
 from sleuth.envs.families import venv_server, verifiers_server
-from sleuth.envs.families.verifiers_env import pypi_verifiers_importable
+from sleuth.envs.families.verifiers_env import message_text, pypi_verifiers_importable
 from sleuth.envs.families.verifiers_server import VERIFIERS
 from sleuth.envs.remote import RemoteEnvError
 from sleuth.tasks import load_tasks
@@ -63,6 +63,30 @@ class Adder:
             else:
                 result = int(re.findall(r"-?\d+", last)[-1])
                 text = f"The sum is {result + (req.task.id == self.wrong_on)}."
+            ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+            out.append(Generation(ids, [0.0] * len(ids), text))
+        return out
+
+
+class FollowUp:
+    """A model that answers a sum, then adds 1 to its last answer whatever the user asks it to add (row 1 asks for 2,
+    so it scores 0 there): a function of the conversation alone, so that vf-eval (behind sleuth's gateway) and
+    `sleuth eval` (as the policy) get the same replies from it."""
+
+    name, version, max_context, parallel_calls = "vf-follow-up", 0, None, 1
+
+    def __init__(self, tokenizer, seed: int = 0):
+        self.tokenizer = tokenizer
+
+    def generate(self, requests, sampling):
+        out = []
+        for req in requests:
+            said = [(m.get("role"), message_text(m)) for m in req.messages]
+            asked = next(text for role, text in reversed(said) if role == "user")
+            if sum_ := re.search(r"What is (\d+) \+ (\d+)\?", asked):
+                text = str(int(sum_[1]) + int(sum_[2]))
+            else:
+                text = str(int(next(text for role, text in reversed(said) if role == "assistant")) + 1)
             ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
             out.append(Generation(ids, [0.0] * len(ids), text))
         return out
@@ -193,3 +217,67 @@ def test_vf_eval_runs_a_sleuth_env_against_sleuths_gateway(tokenizer, tmp_path):
     assert trace["ok"] and trace["rewards"]["sleuth_score"]["score"] == 1.0
     assert trace["metrics"]["f1"] == 1.0 and trace["metrics"]["support_recall"] == 0.5
     assert engine.script == []  # both replies came from the engine behind the gateway
+
+
+def test_reset_by_seed_from_the_main_venv_plays_the_row_it_plays_in_verifiers_own_venv():
+    """`reset(seed=row)`, no task: the Remote env sends the seed and the env on the server takes it as in process."""
+    import json
+
+    env = sleuth.make(ENV)
+    obs, info = env.reset(seed=2)
+    env.close()
+    here = ("import json, sleuth; e = sleuth.make('verifiers:vf-calc'); o, i = e.reset(seed=2); e.close(); "
+            "print(json.dumps([o, i['task_id'], i['messages']]))")
+    there = subprocess.run([_venv_python(), "-P", "-c", here], capture_output=True, text=True, timeout=300)
+    assert there.returncode == 0, there.stderr[-2000:]
+    assert [obs, info["task_id"], info["messages"]] == json.loads(there.stdout.strip().splitlines()[-1])
+    assert "What is 23 + 39?" in obs and info["task_id"] == "seed-2"
+
+
+def test_an_env_packages_own_env_runs_as_vf_eval_runs_it_with_the_same_rewards(tokenizer, tmp_path):
+    """`tests/foreign/vf_followup` exports its own `vf.Env` (a scripted user's follow-up turn, a `finalize` metric):
+    vf-eval (the model behind sleuth's gateway) and `sleuth eval` (the same model as the policy) score rows 0-2 alike,
+    1, 0, 1; a run without the env's own follow-up would score 0 on every row."""
+    import json
+
+    from sleuth.agents.gateway import Gateway, create_app
+    from sleuth.agents.policies import SCRIPTED_POLICIES
+    from sleuth.agents.policy import SamplingParams
+    from sleuth.cli import main
+    from sleuth.net import in_thread
+
+    vf_eval = str(Path(_venv_python()).parent / "vf-eval")
+    with in_thread(create_app(Gateway(FollowUp(tokenizer), SamplingParams(max_tokens=16)))) as url:
+        done = subprocess.run([vf_eval, "vf-followup", "--client.base-url", f"{url}/v1", "--client.api-key-var",
+                               "SLEUTH_TEST_KEY", "--model", "scripted", "-n", "3", "--no-push", "--no-rich",
+                               "--env.agent.runtime.type", "subprocess",  # what sleuth runs (verifiers': hosted)
+                               "-o", str(tmp_path / "vf")], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "SLEUTH_TEST_KEY": "any"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = {}
+    for line in (tmp_path / "vf").glob("**/traces.jsonl").__next__().read_text().splitlines():
+        episode = json.loads(line)
+        (trace,) = episode["traces"] if isinstance(episode["traces"], list) else episode["traces"].values()
+        assert trace["ok"] and trace["metrics"]["user_turns"] == 2.0
+        row = int(episode["task"]["data"]["name"].removeprefix("sum-"))
+        theirs[row] = sum(r["score"] * r.get("weight", 1.0) for r in trace["rewards"].values())
+
+    SCRIPTED_POLICIES.register("vf-follow-up", FollowUp)
+    try:
+        assert main(["eval", "--env", "verifiers:vf-followup", "--tasks", "seeds:0-2", "--policy", "vf-follow-up",
+                     "--out", str(tmp_path / "sleuth")]) == 0
+    finally:
+        SCRIPTED_POLICIES.unregister("vf-follow-up")
+    rows = [json.loads(line) for line in (tmp_path / "sleuth" / "trajectories.jsonl").read_text().splitlines()]
+    ours = {int(r["task_id"].removeprefix("seed-")): r["verdict"]["score"] for r in rows}
+    assert ours == theirs == {0: 1.0, 1: 0.0, 2: 1.0}
+    for r in rows:
+        assert r["verdict"]["details"]["metric/user_turns"] == 2.0 and len(r["turns"]) == 2
+        assert "Now add" in r["turns"][0]["observation"]  # the env's scripted follow-up, as the policy saw it
+
+
+def test_forms_sleuth_does_not_run_are_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"seats 2 agents \(assistant, user\): sleuth's policy plays one seat"):
+        sleuth.make(ENV, config={"id": "user-sim"})  # verifiers' modeled-user env, paired with the taskset
+    with pytest.raises(ValueError, match=r"verifiers:vf-legacy is a verifiers < 0.4 environment \(`load_environment"):
+        sleuth.make("verifiers:vf-legacy")

@@ -1,14 +1,20 @@
 """`verifiers:<env id>`: a verifiers (0.4.0, the v1 API) environment in sleuth's loop. The id is what verifiers'
-own loader takes (`vf-eval <id>`): a module that exports one `vf.Taskset`, and optionally its `vf.Harness`.
+own loader takes (`vf-eval <id>`): a module that exports one `vf.Taskset`, optionally its `vf.Harness`, and
+optionally its own `vf.Env` (e.g. a `SingleAgentEnv` whose `run()` holds an interaction open and scripts the user's
+follow-up turns); `--env.id`'s counterpart is `config: {id: ...}`.
 
-verifiers owns its episode: its harness (the env's own, else verifiers' default, `bash`) runs the multi-turn
-logic and its tools (MCP toolsets), and asks a model for every assistant turn. sleuth takes the model's seat: each
-model request verifiers makes is parked and becomes an observation (the messages the harness added since the
-policy's last reply — tool results, user turns), the policy's sampled reply goes back as the assistant message
-(its tool calls read in sleuth's tool-call format, `json` or `text`, against the tools the request offered), and
-when the harness ends, the task's rubric scores the trace (`trace.reward`, the weighted sum of its `@vf.reward`s).
-The trajectory holds the policy's own sampled ids, as for any env; a harness that rewrites the conversation
-between calls (compaction) fails the episode, since the trajectory cannot follow a history that changes.
+verifiers owns its episode, and sleuth runs it as vf-eval does: the env (`load_environment`: the package's own, else
+`SingleAgentEnv`) serves its resources once per sleuth env (shared tool servers, the interception server) and each
+episode is its `run_episode` (`setup`, its own `run`, `finalize`); its harness (the env's own, else verifiers'
+default, `bash`) runs the tools (MCP toolsets) and asks a model for every assistant turn. sleuth takes the model's
+seat: each model request verifiers makes is parked and becomes an observation (the messages added since the
+policy's last reply — tool results, user turns, an env's scripted follow-ups), the policy's sampled reply goes back
+as the assistant message (its tool calls read in sleuth's tool-call format, `json` or `text`, against the tools the
+request offered), and when the episode ends, the task's rubric (and the env's `finalize`) have scored the trace
+(`trace.reward`, the weighted sum of its rewards). The trajectory holds the policy's own sampled ids, as for any
+env, so what cannot be one conversation is refused or fails: an env of several agent seats (a modeled user, a judge
+agent) is refused when made; a harness that rewrites the conversation between calls (compaction), or an env that
+runs its seat twice in one episode, fails the episode.
 
 Tasks are rows of the env's taskset: `--tasks seeds:A-B` plays rows A..B (a seed past the last row is refused),
 and a training config names its rows (`tasks: seeds:...`), disjoint from the rows it is evaluated on.
@@ -42,6 +48,7 @@ from sleuth.tasks.base import Task
 from sleuth.verifiers.base import Verdict
 
 MODEL = "sleuth-policy"  # the model name verifiers records; the policy answers whatever it is called
+SYSTEM_ROLES = ("system", "developer")
 
 
 def pypi_verifiers_importable() -> bool:
@@ -84,6 +91,42 @@ def _offline_chat_programs() -> None:
         SubprocessRuntime._interpreters[str(path)] = sys.executable
 
 
+def _legacy_form(env_id: str) -> bool:
+    """Whether `env_id`'s module is a verifiers < 0.4 env (a `load_environment()` returning e.g. a
+    `vf.MultiTurnEnv`): read from its source, as its import fails under verifiers 0.4 (no `vf.Environment`)."""
+    spec = importlib.util.find_spec(env_id.rsplit("/", 1)[-1].split("@", 1)[0].replace("-", "_").lower())
+    origin = Path(spec.origin) if spec and spec.origin else None
+    return bool(origin and origin.is_file() and "def load_environment(" in origin.read_text(errors="replace"))
+
+
+def env_config(env_id: str, config: dict[str, Any]) -> Any:
+    """verifiers' env config for `env_id`, as `vf-eval <env_id>` resolves it (the package's own `Env` subclass, else
+    `SingleAgentEnv`), with what sleuth runs by default where `config` names nothing: the `subprocess` runtime
+    (verifiers' default is a hosted sandbox) and one interception server. An env of several agent seats is refused:
+    sleuth's policy plays one seat, and one trajectory is one conversation."""
+    import verifiers.v1 as vf
+    from verifiers.v1.configs.agent import agent_config_fields
+
+    given = {**config, "taskset": {"id": env_id, **config.get("taskset", {})}}
+    given.setdefault("interception", {"type": "server"})
+    try:
+        seats = agent_config_fields(vf.resolve_env_config(given))
+    except Exception:
+        if _legacy_form(env_id):
+            raise ValueError(f"verifiers:{env_id} is a verifiers < 0.4 environment (`load_environment()` returning a "
+                             "vf.Environment such as vf.MultiTurnEnv), which verifiers 0.4 (v1), the release sleuth "
+                             "runs, does not load; port it to a vf.Taskset (and a vf.Env for its own turns)") from None
+        raise
+    if len(seats) != 1:
+        raise ValueError(f"verifiers:{env_id}'s env seats {len(seats)} agents ({', '.join(seats)}): sleuth's policy "
+                         "plays one seat and a trajectory is one conversation, so a multi-agent vf.Env (a modeled "
+                         "user, a judge agent) is not run; a vf.Env of one seat whose run() scripts the "
+                         "user's turns (agents.<seat>.interaction) is")
+    (seat,) = seats
+    given[seat] = {"runtime": {"type": "subprocess"}, **given.get(seat, {})}  # merged onto the seat's own defaults
+    return vf.resolve_env_config(given)
+
+
 class VerifiersEnv(TextGameEnv):
     family = "verifiers"
     harnesses = ("json", "text")
@@ -92,8 +135,6 @@ class VerifiersEnv(TextGameEnv):
                  **kwargs: Any):
         vf = require("verifiers.v1", "verifiers", "verifiers")
         from verifiers.v1.interception import InterceptionServer
-        from verifiers.v1.mcp import serve_shared
-        from verifiers.v1.utils.loaders import default_harness_id, harness_config_type
 
         own = {k: kwargs.pop(k) for k in ("harness", "max_turns", "system_prompt", "tasks") if k in kwargs}
         if kwargs:
@@ -101,37 +142,31 @@ class VerifiersEnv(TextGameEnv):
                              f"max_turns and system_prompt; not {', '.join(sorted(kwargs))}")
         super().__init__(env_id, **own)
         self.config, self.timeout_s = dict(config or {}), timeout_s
-        given = {**self.config, "taskset": {"id": env_id, **self.config.get("taskset", {})}}
-        agent = given.setdefault("agent", {})
-        agent.setdefault("runtime", {"type": "subprocess"})  # verifiers' default is a hosted sandbox
-        env_config = vf.resolve_env_config(given)
-        taskset = vf.load_taskset(env_config.taskset)
-        self.rows = list(taskset)
+        self.vf_env = vf.load_environment(env_config(env_id, self.config))  # as vf-eval loads it
+        self.rows = list(self.vf_env.taskset)
         if not self.rows:
             raise ValueError(f"verifiers:{env_id} has an empty taskset")
-        harness = env_config.agent.harness
-        if harness is None:
-            harness_id = default_harness_id(env_id)
-            harness = harness_config_type(harness_id)(id=harness_id)
         _offline_chat_programs()
         self.client = vf.EvalClientConfig(base_url="http://sleuth.invalid/v1", api_key_var="SLEUTH_NO_KEY")
-        self.agent_config = env_config.agent.model_copy(update={"harness": harness, "model": MODEL,
-                                                                "client": self.client})
+        self.ctx = vf.ModelContext(model=MODEL, client=self.client)
         self.harness = Harness(self.format)
         self.tools: dict[str, Tool] = {}
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name=f"verifiers:{env_id}", daemon=True)
         self.thread.start()
         self.stack = contextlib.AsyncExitStack()
-        self.server = self._run(self.stack.enter_async_context(InterceptionServer()))
+        # the env's serving resources (its shared tool servers, the interception server), held for this env's
+        # episodes as vf-eval holds them for its run
+        self._run(self.stack.enter_async_context(self.vf_env.serving()))
         self.requests: asyncio.Queue = self._run(self._queue())
-        self.server.clients[self.client.model_dump_json()] = _ParkingClient(self.requests)
-        # the taskset's shared tool servers, started once for this env's episodes, as verifiers' Env starts them
-        shared = taskset.toolsets(taskset.config)
-        self.shared_tools = self._run(self.stack.enter_async_context(serve_shared(shared))) if shared else {}
-        self.vf_agent = vf.Agent(self.agent_config, interception=self.server)
+        server = self.vf_env._interception  # set by serving(); verifiers 0.4.0 exposes it no other way
+        if not isinstance(server, InterceptionServer):
+            raise ValueError(f"verifiers:{env_id}: sleuth takes the model's seat through one interception server "
+                             f"(config interception.type 'server'), not {type(server).__name__}")
+        server.clients[self.client.model_dump_json()] = _ParkingClient(self.requests)
         self.rollout: asyncio.Future | None = None
         self.pending: asyncio.Future | None = None
+        self.session: str | None = None
 
     async def _queue(self) -> asyncio.Queue:
         return asyncio.Queue()  # made on the env's loop, where it is used
@@ -156,9 +191,9 @@ class VerifiersEnv(TextGameEnv):
             raise ValueError(f"seed {seed} is not a row of verifiers:{self.env_id}, which has {len(self.rows)} "
                              f"(seeds:0-{len(self.rows) - 1})")
         self._cancel()
-        self.seen, self.tools, self.trace = 0, {}, None
-        self.rollout = asyncio.run_coroutine_threadsafe(self.vf_agent.run(self.rows[seed], tools=self.shared_tools),
-                                                        self.loop)
+        self.seen, self.said, self.system_text, self.tools, self.trace, self.session = 0, [], "", {}, None, None
+        # one episode as vf-eval runs it: the env's setup(), run() (its own turns) and finalize(), then the rubric
+        self.rollout = asyncio.run_coroutine_threadsafe(self.vf_env.run_episode(self.rows[seed], self.ctx), self.loop)
         move = self._next()
         if move.terminated:
             raise EnvFailure(f"verifiers:{self.env_id} ended its episode before asking the model: "
@@ -186,14 +221,19 @@ class VerifiersEnv(TextGameEnv):
             raise EnvFailure(f"verifiers:{self.env_id} neither asked the model nor ended within {self.timeout_s:g} s "
                              "(env_args timeout_s)") from None
         if got is None:  # the episode ended
-            self.trace = self.rollout.result()
-            if not self.trace.ok:
+            episode = self.rollout.result()
+            if not episode.ok or len(episode.traces) != 1:
                 raise EnvFailure(f"verifiers:{self.env_id} failed its episode: {self._why()}")
+            self.trace = episode.traces[0]
             return Move("", reward=float(self.trace.reward or 0.0), terminated=True)
-        body, self.pending = got
+        body, self.pending, session = got
+        if self.session is not None and session != self.session:
+            raise EnvFailure(f"verifiers:{self.env_id}'s env ran its seat a second time in one episode (a new rollout, "
+                             "e.g. a retry or another attempt): a sleuth trajectory is one conversation")
+        self.session = session
         return Move(self._observation(body["messages"], body))
 
-    async def _park_or_end(self) -> tuple[dict[str, Any], asyncio.Future] | None:
+    async def _park_or_end(self) -> tuple[dict[str, Any], asyncio.Future, str | None] | None:
         ended = asyncio.wrap_future(self.rollout)
         asked = asyncio.ensure_future(self.requests.get())
         done, _ = await asyncio.wait({ended, asked}, return_when=asyncio.FIRST_COMPLETED)
@@ -204,31 +244,38 @@ class VerifiersEnv(TextGameEnv):
 
     def _observation(self, messages: list[dict[str, Any]], body: dict[str, Any]) -> str:
         """The messages since the policy's last reply; on the first request, the system message joins the
-        harness's tool-call instructions (`system_prompt` of this episode)."""
+        harness's tool-call instructions (`system_prompt` of this episode). A request must extend the conversation
+        the policy has seen: the same system text (a harness that resumes a conversation may repeat it) and the
+        same messages before the policy's last reply."""
+        system = "\n\n".join(dict.fromkeys(message_text(m) for m in messages if m.get("role") in SYSTEM_ROLES))
+        chat = [m for m in messages if m.get("role") not in SYSTEM_ROLES]
+        said = [(m.get("role"), "" if m.get("role") == "assistant" else message_text(m)) for m in chat]
         if self.seen == 0:
-            self.tools = request_tools(body)
-            system = "\n\n".join(message_text(m) for m in messages if m.get("role") in ("system", "developer"))
-            if self.tools:
-                system = self.harness.system_message(system, self.tools)
-            self.system_prompt = system or None
-            new = [m for m in messages if m.get("role") not in ("system", "developer")]
+            self.tools, self.system_text = request_tools(body), system
+            self.system_prompt = (self.harness.system_message(system, self.tools) if self.tools else system) or None
+            new = chat
         else:
-            if len(messages) <= self.seen or messages[self.seen].get("role") != "assistant":
+            if (system != self.system_text or len(chat) <= self.seen or said[:self.seen] != self.said
+                    or chat[self.seen].get("role") != "assistant"):
                 raise EnvFailure(f"verifiers:{self.env_id}'s harness rewrote the conversation (e.g. compacted it): a "
                                  "sleuth trajectory is the policy's own tokens, turn after turn, and cannot follow a "
                                  "history that changes")
-            new = messages[self.seen + 1:]  # after the policy's own reply, which it has in its history already
-        self.seen = len(messages)
+            new = chat[self.seen + 1:]  # after the policy's own reply, which it has in its history already
+        self.seen, self.said = len(chat), said
         parts = [self.harness.parser.wrap(message_text(m)) if m.get("role") == "tool" else message_text(m)
                  for m in new]
         return "\n\n".join(p for p in parts if p)
 
     def _why(self) -> str:
-        trace = self.rollout.result() if self.rollout is not None and self.rollout.done() else None
-        if trace is None:
-            return "no trace"
-        errors = "; ".join(str(e)[:300] for e in trace.errors) or "no error recorded"
-        return f"stop {trace.stop_condition!r}: {errors}"
+        episode = self.rollout.result() if self.rollout is not None and self.rollout.done() else None
+        if episode is None:
+            return "no episode"
+        said = [f"stop {t.stop_condition!r}: " + ("; ".join(str(e)[:300] for e in t.errors) or "no error recorded")
+                for t in episode.traces]
+        said += [f"{e.type}: {e.message[:300]}" for e in episode.errors]
+        if len(episode.traces) > 1:
+            said.append(f"{len(episode.traces)} rollouts of its seat in one episode, where sleuth follows one")
+        return "; ".join(said) or "no rollout and no error recorded"
 
     def verdict(self) -> Verdict:
         if self.trace is None:  # cut off by max_turns before the harness ended: no score
@@ -269,9 +316,10 @@ class _ParkingClient:
     def __init__(self, requests: asyncio.Queue):
         self.requests = requests
 
-    async def _ask(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _ask(self, body: dict[str, Any], session_id: str | None) -> dict[str, Any]:
+        """Park `body` with the rollout it came from (`session_id`: verifiers passes the trace id)."""
         answer: asyncio.Future = asyncio.get_running_loop().create_future()
-        await self.requests.put((body, answer))
+        await self.requests.put((body, answer, session_id))
         message = await answer
         return {"id": f"sleuth-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
                 "model": body.get("model", MODEL),
@@ -280,7 +328,7 @@ class _ParkingClient:
                 "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
 
     async def get_response(self, dialect, body, sampling, session_id=None, turn=None, headers=None):
-        raw = await self._ask(body)
+        raw = await self._ask(body, session_id)
         response = dialect.parse_response(dialect.validate_response(raw))
         response.raw = raw
         return response
@@ -288,7 +336,7 @@ class _ParkingClient:
     async def relay(self, dialect, body, session_id=None, headers=None):
         from verifiers.v1.clients.client import RelayReply
 
-        raw = await self._ask(body)
+        raw = await self._ask(body, session_id)
 
         async def chunks():
             for event in dialect.stream_events(raw):
