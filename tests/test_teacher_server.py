@@ -32,8 +32,8 @@ def vllm_teacher(tiny_model_dir):
     port = free_port()
     env = {**os.environ, **server_env(), "VLLM_CPU_KVCACHE_SPACE": "1"}
     with open(os.devnull, "w") as devnull:
-        proc = subprocess.Popen(vllm_command(python, tiny_model_dir, port) + ["--enforce-eager"], env=env,
-                                stdout=devnull, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(vllm_command(python, tiny_model_dir, port, torch.float32) + ["--enforce-eager"],
+                                env=env, stdout=devnull, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, timeout_s=600, proc=proc)

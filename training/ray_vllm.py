@@ -55,15 +55,16 @@ def _die_with_parent() -> None:  # in the child, before exec: Linux delivers SIG
 
 
 class RolloutWorker:
-    """A vLLM server on this actor's node, supervised."""
+    """A vLLM server on this actor's node, supervised, computing in `dtype` (the trainer's: `vllm_command`)."""
 
-    def __init__(self, python: str, model_path: str, extra: list[str], gpus: float, start_timeout_s: float):
+    def __init__(self, python: str, model_path: str, dtype: torch.dtype, extra: list[str], gpus: float,
+                 start_timeout_s: float):
         if not Path(python).exists():
             raise FileNotFoundError(f"no vLLM Python at {python} on this node: set rollout.vllm_python")
         self.served = f"policy-{uuid.uuid4().hex[:8]}"
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        cmd = vllm_command(python, model_path, port, self.served) + list(extra)
+        cmd = vllm_command(python, model_path, port, dtype, self.served) + list(extra)
         if gpus > 1:
             cmd += ["--tensor-parallel-size", str(int(gpus))]
         if torch.cuda.is_available():  # its share of the GPU memory, as VLLMRollout's servers (a GPU may be shared)
@@ -209,7 +210,8 @@ class VLLMPool(WorkerPool):
         super().__init__(*args, **kwargs)
 
     def worker(self) -> tuple[type, tuple[Any, ...]]:
-        return RolloutWorker, (self.python, self.model_path, self.vllm_args, self.cluster.worker_gpus, self.timeout_s)
+        return RolloutWorker, (self.python, self.model_path, self.dtype, self.vllm_args, self.cluster.worker_gpus,
+                               self.timeout_s)
 
     def handle(self, index: int, actor: Any) -> WorkerHandle:
         return VLLMHandle(self, index, actor)

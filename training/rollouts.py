@@ -19,7 +19,7 @@ def make_rollout(rollout: RolloutConfig, cluster: ClusterConfig, update: UpdateC
                  dtype: torch.dtype, probe_ids: list[int], world: int = 1) -> RolloutEngine:
     """`rollout.engine` under `cluster.backend`, its syncs checked within `update.sync_tolerance` (or
     `update.sync_tolerance_vllm`: other kernels compute the same weights' logprobs a little apart); `world`
-    training ranks share the cluster."""
+    training ranks share the cluster. Every engine computes in `dtype`, the trainer's resolved `engine.dtype`."""
     from sleuth.training.engine import device
 
     if cluster.backend == "ray":  # transformers or vLLM engines as Ray workers
@@ -29,7 +29,7 @@ def make_rollout(rollout: RolloutConfig, cluster: ClusterConfig, update: UpdateC
     if rollout.engine == "vllm":
         from sleuth.training.vllm_rollout import VLLMRollout
 
-        return VLLMRollout(rollout, model_path, probe_ids, update.sync_tolerance_vllm)
+        return VLLMRollout(rollout, model_path, probe_ids, update.sync_tolerance_vllm, dtype=dtype)
     return TransformersRollout(model_path, str(device()), dtype, probe_ids, update.sync_tolerance,
                                max_batch=rollout.concurrency, kv_keep_mb=rollout.kv_keep_mb)
 

@@ -14,7 +14,7 @@ import torch
 from sleuth.tasks.base import Task
 from sleuth.training import checkpoint
 from sleuth.training.config import ConfigError, TrainConfig
-from sleuth.training.engine import EngineConfig, build_engine, device, load_dtype, resolved_dtype
+from sleuth.training.engine import EngineConfig, build_engine, device, for_engines, load_dtype, resolved_dtype
 from sleuth.training.metrics import MetricsLogger, WandbConfig
 
 # The prompt of the weight-sync check: the rollout engine's logits on it must match the trainer's.
@@ -70,13 +70,14 @@ class PolicyModel:
     path: str
     tokenizer: Any
     pad_id: int
-    dtype: torch.dtype  # what the engine computes in (bf16 where the CPU or GPU is fast at it)
+    dtype: torch.dtype  # what the engine, and every rollout engine of the run, computes in (`resolved_dtype`)
     engine: Any
     hidden_size: int
 
 
-def load_policy_model(model: str, engine_cfg: EngineConfig) -> PolicyModel:
-    """`model` (a name such as `smollm2`, a Hugging Face id or a directory) on an engine built from `engine:`."""
+def load_policy_model(model: str, engine_cfg: EngineConfig, vllm_rollout: bool = False) -> PolicyModel:
+    """`model` (a name such as `smollm2`, a Hugging Face id or a directory) on an engine built from `engine:`, in the
+    dtype every engine of the run computes in (`vllm_rollout`: its rollout engines are vLLM; `resolved_dtype`)."""
     from transformers import AutoTokenizer
 
     from sleuth.agents.models import load_causal_lm, resolve_model
@@ -84,6 +85,7 @@ def load_policy_model(model: str, engine_cfg: EngineConfig) -> PolicyModel:
     path = str(resolve_model(model))
     tokenizer = AutoTokenizer.from_pretrained(path)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    engine_cfg = for_engines(engine_cfg, vllm_rollout)
     net = load_causal_lm(path, load_dtype(engine_cfg)).to(device())
     net.config.use_cache = False
     return PolicyModel(path, tokenizer, pad_id, resolved_dtype(engine_cfg), build_engine(net, engine_cfg),

@@ -88,7 +88,7 @@ class Trainer:
         self.tasks = training_tasks(cfg)
         self.tasks_by_id = {t.id: t for t in self.tasks}
         self.sampler = TaskSampler(len(self.tasks), cfg.seed)
-        self.model = load_policy_model(cfg.model, cfg.engine)
+        self.model = load_policy_model(cfg.model, cfg.engine, vllm_rollout=cfg.rollout.engine == "vllm")
         self.model_path, self.tokenizer, self.engine = self.model.path, self.model.tokenizer, self.model.engine
         try:
             self.estimator.check_policy(self.tokenizer)

@@ -41,14 +41,14 @@ RETRIES, BACKOFF_S = 3, 0.5  # per request to a server: about 2 s of waiting in 
 class VLLMRollout:
     """Servers as `rollout:` asks for them; a sync is verified within `tolerance` (top-5 logprobs of the probe)."""
 
-    def __init__(self, rc: RolloutConfig, model_path: str, probe_ids: list[int], tolerance: float,
-                 start_timeout_s: float = 600.0):
+    def __init__(self, rc: RolloutConfig, model_path: str, probe_ids: list[int], tolerance: float, *,
+                 dtype: torch.dtype, start_timeout_s: float = 600.0):
         from transformers import AutoTokenizer
 
         self.probe_ids, self.tolerance = probe_ids, tolerance
         self.procs: list[subprocess.Popen] = []
         self.http = httpx.Client(timeout=600)
-        self.model_path = model_path
+        self.model_path, self.dtype = model_path, dtype  # the trainer's: the servers compute in it
         try:
             if rc.vllm_url is not None:  # one URL, or several comma-separated (data-parallel servers)
                 urls = [u.strip().rstrip("/") for u in rc.vllm_url.split(",") if u.strip()]
@@ -96,7 +96,7 @@ class VLLMRollout:
         env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}  # the server is not a trainer rank
         env.update(server_env())
         env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")
-        cmd = vllm_command(python, model_path, port) + extra
+        cmd = vllm_command(python, model_path, port, self.dtype) + extra
         if torch.cuda.is_available():
             cmd += ["--gpu-memory-utilization", os.environ.get("SLEUTH_VLLM_GPU_MEM", "0.3")]
         log = open(Path(tempfile.gettempdir()) / f"sleuth-vllm-{port}.log", "w")  # noqa: SIM115 (lives with the server)
@@ -113,8 +113,9 @@ class VLLMRollout:
             return model["id"], model.get("max_model_len")
         except httpx.TransportError as e:
             cause = str(e) if isinstance(e, RetriesExhausted) else f"{type(e).__name__}: {e}"
-            fix = (f"start it with vLLM's Python ({start_hint(self.model_path, url)}), fix rollout.vllm_url, or "
-                   "leave it unset to have sleuth start vLLM itself (rollout.vllm_python)") if given else \
+            hint = start_hint(self.model_path, url, self.dtype)
+            fix = (f"start it with vLLM's Python ({hint}), fix rollout.vllm_url, or leave it unset to have sleuth "
+                   "start vLLM itself (rollout.vllm_python)") if given else \
                 "sleuth started it: its log is in the temporary directory, sleuth-vllm-PORT.log"
             raise RolloutServerError(f"cannot reach the vLLM server at {url}: {cause}; {fix}") from e
         except (KeyError, IndexError, TypeError, ValueError) as e:
@@ -187,20 +188,22 @@ def server_env() -> dict[str, str]:
     return {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": str(EXTENSION_DIR)}
 
 
-def vllm_command(python: str, model_path: str, port: int, served: str = "policy") -> list[str]:
-    """The command of a vLLM server the trainer can sync and verify (add `rollout.vllm_args` to it)."""
-    gpu = torch.cuda.is_available()
+def vllm_command(python: str, model_path: str, port: int, dtype: torch.dtype, served: str = "policy") -> list[str]:
+    """The command of a vLLM server the trainer can sync and verify (add `rollout.vllm_args` to it). `dtype` is the
+    trainer's resolved `engine.dtype` (`training.engine.resolved_dtype`): an engine in another dtype answers the
+    sync's probe ~0.1 apart in logprob (bf16 against fp32), past `update.sync_tolerance_vllm`, so every engine of a
+    run computes in the trainer's dtype."""
     return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path, "--served-model-name",
-            served, "--port", str(port), "--dtype", "bfloat16" if gpu else "float32",
+            served, "--port", str(port), "--dtype", str(dtype).removeprefix("torch."),
             "--worker-extension-cls", "sleuth_vllm_ext.WeightLoader", "--enable-prefix-caching",
             "--logprobs-mode", "processed_logprobs"]  # logprobs of logits / temperature, as the trainer's
 
 
-def start_hint(model_path: str, url: str) -> str:
+def start_hint(model_path: str, url: str, dtype: torch.dtype) -> str:
     """A shell line that starts, with vLLM's own Python, a server at `url` that `VLLMRollout` can use."""
     port = httpx.URL(url).port or 8000
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in server_env().items())
-    return f"{env} python {shlex.join(vllm_command('python', model_path, port)[1:])}"
+    return f"{env} python {shlex.join(vllm_command('python', model_path, port, dtype)[1:])}"
 
 
 def default_vllm_python() -> str | None:

@@ -65,10 +65,12 @@ class Sampler(Protocol):
 
 
 class LoraModels:
-    def __init__(self, model_dir: str, served_name: str, dtype: torch.dtype = torch.float32):
+    def __init__(self, model_dir: str, served_name: str, dtype: torch.dtype = torch.float32,
+                 aliases: tuple[str, ...] = ()):
         from transformers import AutoTokenizer
 
         self.served_name = served_name
+        self.aliases = tuple(a for a in aliases if a != served_name)  # other names clients may ask for it by
         self.model_dir = model_dir
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.base = load_causal_lm(model_dir, dtype)
@@ -83,6 +85,11 @@ class LoraModels:
         self._made = 0  # adapters made so far: names are never reused
         self._merged: torch.nn.Module | None = None  # `merged`'s copy of the model, and whose weights it holds
         self._merged_from: Path | None = None
+
+    def serves(self, name: str) -> bool:
+        """Whether `name` is this base model: its served name, or the name the server was started with (`--model
+        smollm2`), which is what a user who typed it passes as `base_model`."""
+        return name == self.served_name or name in self.aliases
 
     # ---- adapters -------------------------------------------------------------------------------------------
     def _adapter(self, key: str, spec: AdapterSpec) -> str:

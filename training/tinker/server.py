@@ -172,13 +172,14 @@ def serve(model: str, served_name: str | None, host: str, port: int, state_dir: 
     path = resolve_model(model)
     name = served_name or (EMBEDDED_HUB_ID if model == EMBEDDED else model)
     state_dir.mkdir(parents=True, exist_ok=True)
-    models = LoraModels(path, name)
+    models = LoraModels(path, name, aliases=(model,))  # `--model smollm2` is asked for as "smollm2" too
     engine = models
     if sampler == "vllm":
         from sleuth.training.tinker.vllm_sampler import VLLMSampler
 
         engine = VLLMSampler(models, vllm_python)
-    print(f"serving {name} ({path}) for tinker {SDK_VERSION} clients at http://{host}:{port}, sampling on "
+    also = "".join(f" (also as {a!r})" for a in models.aliases)
+    print(f"serving {name}{also} ({path}) for tinker {SDK_VERSION} clients at http://{host}:{port}, sampling on "
           f"{sampler}; checkpoints in {state_dir}", flush=True)
     try:
         uvicorn.run(make_app(TinkerService(models, engine, state_dir)), host=host, port=port, log_level="warning")

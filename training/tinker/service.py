@@ -177,12 +177,16 @@ class TinkerService:
             raise Refused(f"checkpoint name {name!r}: use letters, digits, '.', '_' and '-' only")
         return f"tinker://{model_id}/{kind}/{name}", self.state_dir / model_id / kind / name
 
+    def check_base_model(self, name: str | None) -> None:
+        """Refuses a `base_model` that is not the one model served here, naming every name it answers to."""
+        if name is None or not self.models.serves(name):
+            names = " or ".join(repr(n) for n in (self.models.served_name, *self.models.aliases))
+            raise Refused(f"base_model {name!r} is not served here; this server serves {names}")
+
     # ---- training ------------------------------------------------------------------------------------------
     def create_model(self, body: dict) -> dict:
         model_id = f"{body['session_id']}:train:{body['model_seq_id']}"
-        if body["base_model"] != self.models.served_name:
-            raise Refused(f"base_model {body['base_model']!r} is not served here; this server serves "
-                          f"{self.models.served_name!r}")
+        self.check_base_model(body["base_model"])
         lora = body.get("lora_config") or {}
         rank = int(lora.get("rank", 32))
         if rank < 1:
@@ -254,11 +258,9 @@ class TinkerService:
         sid = f"{body['session_id']}:sample:{body['sampling_session_seq_id']}"
         if body.get("model_path"):
             self.sampling[sid] = self.path_dir(body["model_path"])
-        elif body.get("base_model") == self.models.served_name:
-            self.sampling[sid] = None
         else:
-            raise Refused(f"base_model {body.get('base_model')!r} is not served here; this server serves "
-                          f"{self.models.served_name!r}")
+            self.check_base_model(body.get("base_model"))
+            self.sampling[sid] = None
         return {"type": "create_sampling_session", "sampling_session_id": sid}
 
     def sample_call(self, body: dict) -> SampleCall:
