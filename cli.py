@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from importlib.metadata import version as package_version
 from pathlib import Path
 
@@ -13,9 +14,10 @@ from sleuth.cli_args import bounded, one_line, output_dir
 from sleuth.cli_args import fail as _fail
 from sleuth.cli_doctor import add_doctor_parser
 from sleuth.cli_eval import add_eval_parser
-from sleuth.cli_examples import add_examples
+from sleuth.cli_examples import add_examples, subcommands
 from sleuth.cli_serve import add_serve_parsers
 from sleuth.cli_train import add_training_parsers
+from sleuth.interrupts import ON_SIGNAL, exit_code, sigterm_as_interrupt
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
@@ -273,6 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_training_parsers(sub)
     add_doctor_parser(sub)
     add_examples(p)
+    for name, sub in subcommands(p).items():
+        if name in ON_SIGNAL:
+            sub.epilog = "\n\n".join([*([sub.epilog] if sub.epilog else []), textwrap.fill(ON_SIGNAL[name], 100)])
     return p
 
 
@@ -287,10 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     # or on PYTHONPATH.
     sys.path.append(os.getcwd())
     try:
-        return args.fn(args)
-    except KeyboardInterrupt:  # a command that can continue says how (`on_interrupt`)
+        with sigterm_as_interrupt():  # SIGTERM (a scheduler's preemption) ends a command as Ctrl-C does
+            return args.fn(args)
+    except KeyboardInterrupt as e:  # a command that can continue says how (`on_interrupt`)
         print("\n" + args.on_interrupt, file=sys.stderr)
-        return 130
+        return exit_code(e)  # 130 (SIGINT) or 143 (SIGTERM)
     except Exception as e:
         if os.environ.get("SLEUTH_TRACEBACK") == "1":
             raise

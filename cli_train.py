@@ -12,7 +12,8 @@ from typing import Any
 
 from sleuth.cli_args import bounded, fail, parse_kv
 
-# What Ctrl-C leaves behind: the checkpoints written so far; a plain rerun is refused (the directory holds a run)
+# What Ctrl-C or SIGTERM leaves behind: a checkpoint of the last step that finished (`sleuth.interrupts`); a plain
+# rerun is refused (the directory holds a run)
 ON_INTERRUPT = "interrupted: rerun with --resume to continue from the last checkpoint"
 
 

@@ -195,8 +195,12 @@ def test_a_step_whose_every_episode_failed_stops_the_run_in_one_line(tiny_model_
     args = ["--out", out, *tiny_args(tiny_model_dir, "--set", f"tasks={tasks}")]
     assert sleuth("train", *args, "--max-steps", 1).returncode == 0
     hotpot_file(data_dir, path, 2, cut={0, 1})
-    proc = sleuth("train", *args, "--max-steps", 2, "--resume")
+    # sampled again once after a short wait, as an outage would be, then the run stops
+    proc = sleuth("train", *args, "--max-steps", 2, "--resume", "--set", "rollout.outage_retries=1",
+                  "--set", "rollout.outage_backoff_s=0.1")
     assert proc.returncode == 1
+    assert "warning: step 2: all 8 episodes failed (reset_error: " in proc.stderr
+    assert "sampling the step again in 0.1s (retry 1 of rollout.outage_retries 1)" in proc.stderr
     [line] = errors(proc.stderr)
     assert line.startswith("error: step 2: all 8 episodes failed, nothing to train on (the first: reset_error: "
                            "reset failed: NoDocuments: task ")

@@ -64,6 +64,11 @@ class RolloutConfig:
     # Infrastructure failures in a row (env, engine, timeout; across steps) after which the run stops in one line
     # naming the last one, to be resumed with --resume once the cause is fixed. 0: never stop for this.
     max_consecutive_failures: int = 64
+    # A step whose every episode failed on infrastructure (every env worker or server lost at once, a network blip)
+    # is sampled again after outage_backoff_s, doubling each time, up to outage_retries times before the run stops
+    # (counted: outage/retries). 0: stop at the first such step.
+    outage_retries: int = 3
+    outage_backoff_s: float = 30.0
     zero_variance: str = "keep"  # keep | drop | dynamic (DAPO: sample more groups until the batch is full)
     # Answer branches (tree rollouts): every episode that ended on its own after two or more turns is continued
     # this many more times from the context before its last turn (the env replayed to that point), and the
@@ -101,6 +106,8 @@ class RolloutConfig:
                                 ("vllm_servers", self.vllm_servers, 1), ("max_staleness", self.max_staleness, 0),
                                 ("sync_timeout_s", self.sync_timeout_s, 0),
                                 ("max_consecutive_failures", self.max_consecutive_failures, 0),
+                                ("outage_retries", self.outage_retries, 0),
+                                ("outage_backoff_s", self.outage_backoff_s, 0),
                                 ("dynamic_max_rounds", self.dynamic_max_rounds, 1), ("branches", self.branches, 0),
                                 ("demo_branches", self.demo_branches, 0), ("demo_tasks", self.demo_tasks, 0),
                                 ("temperature", self.temperature, 0)):

@@ -1,5 +1,6 @@
-"""When infrastructure failures stop a training run: a step whose every episode failed on every rank, or
-`rollout.max_consecutive_failures` failures in a row on a rank (completion order, across steps). The decision is
+"""When infrastructure failures stop a training run: a step whose every episode failed on every rank (once the
+trainer's `rollout.outage_retries` of it failed alike), or `rollout.max_consecutive_failures` failures in a row on a
+rank (completion order, across steps; the episodes of an outage's retried attempts are not counted). The decision is
 the same on every rank (collectives), and it says in one line what failed last and to `--resume`."""
 
 from __future__ import annotations
@@ -38,13 +39,20 @@ class FailureWatch:
             raise EpisodesFailedError(f"step {step}: {self.limit} episodes in a row failed for infrastructure "
                                       f"reasons (rollout.max_consecutive_failures; the last: {last[0]}: {last[1]}); "
                                       f"{RESUME}")
+        if self.all_failed(seen):
+            reason, line = self.first_failure(seen)
+            raise EpisodesFailedError(f"step {step}: all {int(all_sum(len(seen)))} episodes failed, nothing to train "
+                                      f"on (the first: {reason}: {line}); {RESUME}")
+
+    def all_failed(self, seen: Sequence[Trajectory]) -> bool:
+        """Whether every episode of the step failed on every rank (and there were some): an outage, not the policy."""
+        return all_sum(sum(not t.failed for t in seen)) == 0 and all_sum(len(seen)) > 0
+
+    def first_failure(self, seen: Sequence[Trajectory]) -> tuple[str, str]:
+        """The stop reason and first line of the first failed episode of the lowest rank that has one (collective)."""
         failed = [t for t in seen if t.failed]
-        if all_sum(len(seen) - len(failed)) > 0 or not all_sum(len(seen)):
-            return
-        first = next((x for x in _gather((failed[0].stop_reason, _first_line(failed[0].error)) if failed else None)
-                      if x), ("", ""))
-        raise EpisodesFailedError(f"step {step}: all {int(all_sum(len(seen)))} episodes failed, nothing to train on "
-                                  f"(the first: {first[0]}: {first[1]}); {RESUME}")
+        return next((x for x in _gather((failed[0].stop_reason, _first_line(failed[0].error)) if failed else None)
+                     if x), ("", ""))
 
 
 def _first_line(error: str | None) -> str:

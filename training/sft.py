@@ -9,6 +9,7 @@ expert iteration. Every round's data is checked against the held-out evaluation 
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from sleuth.agents.trajectory import Trajectory
+from sleuth.interrupts import HoldUntilStepEnd
 from sleuth.training import checkpoint
 from sleuth.training.batch import micro_batches
 from sleuth.training.config import CheckpointConfig, ConfigError
@@ -150,6 +152,7 @@ class SFTTrainer:
         self.forward = ScoredForward(self.engine, self.engine.module, packed=cfg.packing)
         state = self.run_dir.restore(self.engine)
         self.step = int(state["step"]) if state else 0
+        self.saved = self.step  # the step of the newest checkpoint (0: none, or a fresh run)
         self.logger = self.run_dir.open(self.rank, self.step, cfg, cfg.tensorboard, cfg.wandb)
         self._rollout: Any = None
 
@@ -157,43 +160,62 @@ class SFTTrainer:
     def train(self) -> list[dict[str, Any]]:
         from tqdm import tqdm
 
-        cfg, rows, done = self.cfg, [], 0
+        rows: list[dict[str, Any]] = []
         bar = tqdm(desc="sft", initial=self.step, disable=not self.progress or self.rank != 0)
         try:
-            for r in range(cfg.data.rounds):
-                data, data_metrics = self.round_data(r)
-                if not data:
-                    raise ConfigError(f"round {r}: no training data (every episode scored below data.min_score "
-                                      f"{cfg.data.min_score}, or the file holds none)")
-                bar.total = (bar.total or 0) + cfg.epochs * -(-len(data) // cfg.batch_size)
-                bar.refresh()
-                for epoch in range(cfg.epochs):
-                    order = np.random.default_rng([cfg.seed, r, epoch]).permutation(len(data))
-                    for start in range(0, len(order), cfg.batch_size):
-                        done += 1
-                        if done <= self.step:  # finished before the checkpoint this run resumed from
-                            continue
-                        batch = [data[i] for i in order[start:start + cfg.batch_size]]
-                        row = {**self.sft_step(batch[self.rank::self.world]), "round": r, "epoch": epoch,
-                               **data_metrics}
-                        data_metrics = {}
-                        self.step = done
-                        rows.append(row)
-                        if self.logger:
-                            self.logger.log(self.step, row)
-                        bar.update(1)
-                        bar.set_postfix(nll=f"{row['loss/nll']:.3f}")
-                        if cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0:
-                            self.save()
-                        if cfg.max_steps is not None and self.step >= cfg.max_steps:
-                            return self._finish(rows)
-                self.save()  # the next round samples from these weights: a resume must start from them
-            return self._finish(rows)
+            with HoldUntilStepEnd() as held:  # SIGINT / SIGTERM: the step in flight finishes and is checkpointed
+                return self._train(held, rows, bar)
         finally:
             bar.close()
             if self.logger:
                 self.logger.close()
             self.release()
+
+    def _train(self, held: HoldUntilStepEnd, rows: list[dict[str, Any]], bar: Any) -> list[dict[str, Any]]:
+        cfg, done = self.cfg, 0
+        for r in range(cfg.data.rounds):
+            data, data_metrics = self.round_data(r)  # kept in OUT/data: a resumed run reads it back
+            self._stop_if_held(held)
+            if not data:
+                raise ConfigError(f"round {r}: no training data (every episode scored below data.min_score "
+                                  f"{cfg.data.min_score}, or the file holds none)")
+            bar.total = (bar.total or 0) + cfg.epochs * -(-len(data) // cfg.batch_size)
+            bar.refresh()
+            for epoch in range(cfg.epochs):
+                order = np.random.default_rng([cfg.seed, r, epoch]).permutation(len(data))
+                for start in range(0, len(order), cfg.batch_size):
+                    done += 1
+                    if done <= self.step:  # finished before the checkpoint this run resumed from
+                        continue
+                    batch = [data[i] for i in order[start:start + cfg.batch_size]]
+                    row = {**self.sft_step(batch[self.rank::self.world]), "round": r, "epoch": epoch,
+                           **data_metrics}
+                    data_metrics = {}
+                    self.step = done
+                    rows.append(row)
+                    if self.logger:
+                        self.logger.log(self.step, row)
+                    bar.update(1)
+                    bar.set_postfix(nll=f"{row['loss/nll']:.3f}")
+                    if cfg.checkpoint.every and self.step % cfg.checkpoint.every == 0:
+                        self.save()
+                    if cfg.max_steps is not None and self.step >= cfg.max_steps:
+                        return self._finish(rows)
+                    self._stop_if_held(held)
+            self.save()  # the next round samples from these weights: a resume must start from them
+        return self._finish(rows)
+
+    def _stop_if_held(self, held: HoldUntilStepEnd) -> None:
+        """At a step boundary: when any rank holds a signal, checkpoint this step (unless saved) and raise it."""
+        if held.stop_now(all_max):
+            if self.step > self.saved:
+                self.save()
+            if self.rank == 0:
+                from tqdm import tqdm
+
+                tqdm.write(f"stopped after step {self.step}: checkpoint {checkpoint.tag_of(self.saved)} written",
+                           file=sys.stderr)
+            raise held.interruption()
 
     def _finish(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         self.save()
@@ -203,6 +225,7 @@ class SFTTrainer:
 
     def save(self) -> None:
         self.run_dir.save(self.engine, self.step, {"step": self.step}, self.cfg.checkpoint.keep)
+        self.saved = self.step
 
     def sft_step(self, trajs: Sequence[Trajectory]) -> dict[str, Any]:
         """One optimizer step on this rank's share of the batch: mean NLL of every policy token in the batch."""

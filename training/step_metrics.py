@@ -29,6 +29,16 @@ class BranchCount:
 
 
 @dataclass
+class Outage:
+    """A step whose every episode failed on infrastructure, sampled again (`rollout.outage_retries`): the retries
+    it took (alike on every rank), this rank's episodes of the attempts dropped, and the seconds waited before them."""
+
+    retries: int = 0
+    failed: int = 0
+    wait_s: float = 0.0
+
+
+@dataclass
 class StepPart:
     """One rank's share of a training step, gathered from every rank into the step's row."""
 
@@ -51,6 +61,7 @@ class StepPart:
     # the episodes' metrics above leave branches out: these count them (`rollout.branches`, `rollout.demo_branches`)
     branches: BranchCount = field(default_factory=BranchCount)
     demos: BranchCount = field(default_factory=BranchCount)
+    outage: Outage = field(default_factory=Outage)
 
 
 def step_row(parts: list[StepPart], times: dict[str, float], sync: dict[str, float], rollout_is: bool,
@@ -112,6 +123,10 @@ def step_row(parts: list[StepPart], times: dict[str, float], sync: dict[str, flo
     row["episodes/failed"] = sum(p.failed for p in parts)
     row["groups/dropped_failed"] = sum(p.dropped_failed for p in parts)
     row["groups/reissued"] = sum(p.reissued for p in parts)
+    # an outage: the step sampled again this many times; the episodes of the attempts dropped are in no count above
+    row["outage/retries"] = parts[0].outage.retries
+    row["outage/failed_episodes"] = sum(p.outage.failed for p in parts)
+    row["outage/wait_s"] = parts[0].outage.wait_s
     for name, counts in (("branches", [p.branches for p in parts]), ("demos", [p.demos for p in parts])):
         rewards = [x for c in counts for x in c.rewards]
         if rewards or any(c.groups or c.failed for c in counts):  # only where the run samples that kind

@@ -3,16 +3,19 @@ task groups) → advantages from the configured estimator → one policy update 
 weight sync to the rollout engine, verified → metrics, checkpoint. With `rollout.max_staleness` ≥ 1 the
 rollouts come from a `RolloutStream` that samples while the update runs (asynchronous training).
 
-An episode that failed for infrastructure reasons (`Trajectory.failed`: the env could not reset or step,
-the engine could not generate) is no outcome of the policy: its whole group leaves the update (a group
-baseline over the survivors would be another group's), it is counted (`episodes/failed`,
-`groups/dropped_failed`), kept out of the reward metrics and still written to the rollouts file. A step
-whose every episode failed stops the run (`training.failures`). A step whose update had no learning
-signal (every advantage 0, or a zero gradient) is flagged (`no_signal`) and warned about once, with the
-count at the end of the run."""
+An episode that failed for infrastructure reasons (`Trajectory.failed`: the env could not reset or step, the
+engine could not generate) is no outcome of the policy: its whole group leaves the update (a group baseline
+over the survivors would be another group's), it is counted (`episodes/failed`, `groups/dropped_failed`), kept
+out of the reward metrics and still written to the rollouts file. A step whose every episode failed is an
+outage: it is sampled again after a backoff (`rollout.outage_retries`, counted as `outage/*`), and stops the
+run (`training.failures`) when the last retry fails too. SIGINT and SIGTERM are held until the step in flight
+has finished; it is then checkpointed and the signal raised (`sleuth.interrupts`). A step whose update had no
+learning signal (every advantage 0, or a zero gradient) is flagged (`no_signal`) and warned about once, with
+the count at the end of the run."""
 
 from __future__ import annotations
 
+import sys
 import time
 import warnings
 from collections import deque
@@ -29,6 +32,7 @@ from sleuth.agents.loop import run_episodes
 from sleuth.agents.policy import SamplingParams
 from sleuth.agents.requests import WeightsGate
 from sleuth.agents.trajectory import Trajectory
+from sleuth.interrupts import HoldUntilStepEnd
 from sleuth.tasks.base import Task
 from sleuth.training import checkpoint
 from sleuth.training.agent_rollout import AgentRollouts
@@ -44,9 +48,9 @@ from sleuth.training.rollout import RolloutEngine, WeightSyncError
 from sleuth.training.rollouts import make_rollout, self_play_args
 from sleuth.training.run import PROBE, RunDir, load_policy_model, load_reference, training_tasks
 from sleuth.training.sampler import TaskSampler
-from sleuth.training.step_metrics import StepPart, components, ranges, step_row, why_no_signal
+from sleuth.training.step_metrics import Outage, StepPart, components, ranges, step_row, why_no_signal
 from sleuth.training.teacher_load import load_teacher
-from sleuth.training.update import PolicyUpdater, all_sum
+from sleuth.training.update import PolicyUpdater, all_max, all_sum
 
 T = TypeVar("T")
 NO_SIGNAL_ADVICE = ("raise rollout.group_size or rollout.temperature, add a step reward (algorithm.estimator: "
@@ -124,6 +128,7 @@ class Trainer:
             self.step, version = int(state["step"]), int(state["policy_version"])
             self.sampler.load(state["sampler"])
             self.replay = deque(state.get("stream_ahead", [[]] * self.world)[self.rank])
+        self.saved = self.step  # the step of the newest checkpoint (0: none, or a fresh run)
         if self.estimator.refresh_due(0):  # a reader that tracks the policy starts as the policy (or its checkpoint)
             self.estimator.refresh(full_state_dict(self.engine.module))
         self.rollout.sync(self.engine.module)  # verified, also at a fresh start: the engine must match
@@ -142,15 +147,21 @@ class Trainer:
         bar = tqdm(total=cfg.max_steps, initial=self.step, desc="train", disable=not self.progress or self.rank != 0)
         first = self.step + 1
         try:
-            while self.step < cfg.max_steps:
-                row = self.train_step()
-                rows.append(row)
-                bar.update(1)
-                bar.set_postfix(reward=f"{row.get('reward/mean', float('nan')):.3f}",
-                                loss=f"{row.get('loss/policy', float('nan')):.4f}")
-                every = cfg.checkpoint.every
-                if (every and self.step % every == 0) or self.step == cfg.max_steps:
-                    self.save()
+            with HoldUntilStepEnd() as held:  # SIGINT / SIGTERM: the step in flight finishes and is checkpointed
+                while self.step < cfg.max_steps:
+                    row = self.train_step(held)
+                    rows.append(row)
+                    bar.update(1)
+                    bar.set_postfix(reward=f"{row.get('reward/mean', float('nan')):.3f}",
+                                    loss=f"{row.get('loss/policy', float('nan')):.4f}")
+                    every, stop = cfg.checkpoint.every, held.stop_now(all_max)
+                    if (every and self.step % every == 0) or self.step == cfg.max_steps or stop:
+                        self.save()
+                    if stop and self.step < cfg.max_steps:
+                        if self.rank == 0:
+                            tqdm.write(f"stopped after step {self.step}: checkpoint {checkpoint.tag_of(self.step)} "
+                                       "written", file=sys.stderr)
+                        raise held.interruption()
             if self.no_signal_steps and self.rank == 0:
                 n = len(self.no_signal_steps)
                 warnings.warn(f"{n} of the {self.step - first + 1} steps trained had no learning signal "
@@ -178,13 +189,14 @@ class Trainer:
         state = {"step": self.step, "sampler": self.sampler.state(), "policy_version": self.rollout.policy.version,
                  "stream_ahead": ahead}
         self.run_dir.save(self.engine, self.step, state, self.cfg.checkpoint.keep)
+        self.saved = self.step
 
-    def train_step(self) -> dict[str, Any]:
+    def train_step(self, held: HoldUntilStepEnd | None = None) -> dict[str, Any]:
         from sleuth.rewards.base import groups
 
         step = self.step + 1
         t0, cpu0 = time.perf_counter(), time.process_time()
-        got = self.collect(step)
+        got, outage = self._collect_through_outage(step, held)
         kept, seen = got.kept, got.seen
         self._write_rollouts(step, seen)
         self.failures.check(step, seen)
@@ -213,7 +225,7 @@ class Trainer:
             no_signal_groups=got.no_signal_groups, gen_tokens=sum(t.num_policy_tokens for t in seen),
             failed=sum(t.failed and not t.branch_at for t in seen),
             dropped_failed=got.dropped_failed, reissued=got.reissued, stream=got.stream,
-            branches=got.branches, demos=got.demos)
+            branches=got.branches, demos=got.demos, outage=outage)
         # step_cpu: this process's CPU seconds over the step, all its threads (episodes per CPU-minute is
         # what a CPU run is limited by); a vLLM server's own are not in it
         times = {"rollout": t1 - t0, "reward": t2 - t1, "update": t3 - t2 - t_teacher, "sync": t4 - t3,
@@ -242,6 +254,47 @@ class Trainer:
                               "(loss.rollout_is corrects it; bf16 engines round the two apart by ~0.02)",
                               stacklevel=1)
         return row
+
+    def _collect_through_outage(self, step: int, held: HoldUntilStepEnd | None) -> tuple[Collected, Outage]:
+        """The step's rollouts; a step whose every episode failed on infrastructure (every env worker or server lost
+        at once, a network blip) is sampled again after `rollout.outage_backoff_s`, doubling, up to
+        `rollout.outage_retries` times, and counted. A signal held meanwhile stops the wait: the step is abandoned,
+        and the checkpoint written is of the step before it (as it stood when this step began)."""
+        rc = self.cfg.rollout
+        before = (self.sampler.state(), checkpoint.rng_state())
+        got, outage = self.collect(step), Outage()
+        while outage.retries < rc.outage_retries and self.failures.all_failed(got.seen):
+            wait = rc.outage_backoff_s * 2 ** outage.retries
+            outage.retries += 1
+            outage.failed += len(got.seen)
+            reason, line = self.failures.first_failure(got.seen)
+            if self.rank == 0:
+                warnings.warn(f"step {step}: all {int(all_sum(len(got.seen)))} episodes failed ({reason}: {line}); "
+                              f"sampling the step again in {wait:g}s (retry {outage.retries} of "
+                              f"rollout.outage_retries {rc.outage_retries})", TrainingWarning, stacklevel=2)
+            if held is None:
+                time.sleep(wait)
+            elif held.wait(wait, all_max):  # a signal came: the step cannot finish
+                self._stop_in_outage(step, before, held)
+            outage.wait_s += wait
+            got = self.collect(step)
+        return got, outage
+
+    def _stop_in_outage(self, step: int, before: tuple[dict[str, Any], dict[str, Any]],
+                        held: HoldUntilStepEnd) -> None:
+        """Abandon step `step` for a signal: checkpoint the step before it as it stood when `step` began (its data
+        position and RNG state) unless that is saved already; under a rollout stream, whose tasks issued ahead moved
+        on, the last checkpoint stays instead."""
+        if self.stream is None and self.step > self.saved:
+            self.sampler.load(before[0])
+            checkpoint.set_rng_state(before[1])
+            self.save()
+        if self.rank == 0:
+            from tqdm import tqdm
+
+            tqdm.write(f"stopped in step {step}'s outage: the last checkpoint is {checkpoint.tag_of(self.saved)}",
+                       file=sys.stderr)
+        raise held.interruption()
 
     def _write_rollouts(self, step: int, trajs: Sequence[Trajectory]) -> None:
         """Every trajectory of the step, as the agent loop recorded it (one file per rank)."""
