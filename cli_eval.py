@@ -114,6 +114,7 @@ def _eval_runs(args: argparse.Namespace, tasks: list, env_args: dict[str, Any], 
     import sleuth
     from sleuth.agents.agent_runner import agent_identity
     from sleuth.agents.evaluate import evaluate, evaluate_agent, load_trajectories, policy_identity
+    from sleuth.agents.loop import EPISODE_TIMEOUT_S
     from sleuth.agents.policy import SamplingParams
     from sleuth.agents.report import write_comparison
 
@@ -158,6 +159,8 @@ def _eval_runs(args: argparse.Namespace, tasks: list, env_args: dict[str, Any], 
                             meta={"tasks": args.tasks, "harness": harness, "run": run}, resume=not args.no_resume,
                             samples=args.samples, env_workers=args.env_workers,
                             identity={**identity, "env": args.env, "env_args": env_args, "harness": harness},
+                            episode_timeout_s=(EPISODE_TIMEOUT_S if args.episode_timeout is None
+                                               else args.episode_timeout or None),
                         )
                 except ValueError as e:  # e.g. a baseline that does not apply to this env
                     return _fail(f"{run}: {e} (finished episodes are kept in {out})")
@@ -278,6 +281,9 @@ def add_eval_parser(sub: Any) -> None:
     e.add_argument("--seed", type=int, default=0, help="sampling and scripted-policy seed")
     e.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="extra env kwargs")
     e.add_argument("--no-resume", action="store_true", help="start over instead of resuming trajectories.jsonl")
+    e.add_argument("--episode-timeout", type=bounded(float, 0), default=None, metavar="SECONDS",
+                   help="an episode still running this long after its reset fails as `timeout`, never scored, and is "
+                        "retried by the same command (default: rollout.episode_timeout_s's, 1800; 0: no limit)")
     e.add_argument("--env-workers", type=bounded(int, 0), default=0,
                    help="threads stepping envs in parallel (use with Code-v0 sandboxes or Remote-v0 servers)")
     e.add_argument("--samples", type=bounded(int, 1), default=1,

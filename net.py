@@ -25,8 +25,8 @@ import httpx
 log = logging.getLogger(__name__)
 
 # The kinds of server whose retries are counted: env servers, rollout (inference) servers, verifier servers,
-# retrieval servers.
-RETRY_KINDS = ("env", "rollout", "verifier", "retrieval", "teacher")
+# retrieval servers, teachers; and sessions an env server refused at capacity (waited for, then retried).
+RETRY_KINDS = ("env", "rollout", "verifier", "retrieval", "teacher", "env_session")
 # Answers that say "not now" rather than "no": rate limited, or a proxy / server briefly unable to answer.
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 # Failures of the connection, not of the request: refused, reset, closed before an answer, timed out.

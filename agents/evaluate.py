@@ -23,7 +23,7 @@ import gymnasium
 from tqdm import tqdm
 
 from sleuth.agents.breakdown import breakdown, pass_at_ks
-from sleuth.agents.loop import run_episodes
+from sleuth.agents.loop import EPISODE_TIMEOUT_S, run_episodes
 from sleuth.agents.policy import Policy, SamplingParams
 from sleuth.agents.trajectory import Trajectory
 from sleuth.net import retry_counts
@@ -118,7 +118,8 @@ def summarise(trajs: Sequence[Trajectory], wall_time_s: float, meta: dict[str, A
         return round(sum(r.get(key, 0.0) for r in rows) / n, 4) if n else 0.0
 
     summary: dict[str, Any] = {**meta, "n": n, "n_failed": len(groups) - n,
-                               "n_prompt_too_long": sum(g[0].stop_reason == "prompt_too_long" for g in ok_groups)}
+                               "n_prompt_too_long": sum(g[0].stop_reason == "prompt_too_long" for g in ok_groups),
+                               "stop_reasons": dict(sorted(Counter(g[0].stop_reason for g in groups).items()))}
     skip = {"reads", "gold_reads", "rereads", "turns", "tool_errors", "answered", "policy_tokens", "total_tokens",
             "tool_error_share", "answer_read", "title_answer", "valid_call_share"}
     summary.update({k: mean(k) for k in keys if k not in skip})
@@ -210,6 +211,7 @@ def evaluate(
     samples: int = 1,
     env_workers: int = 0,
     identity: dict[str, Any] | None = None,
+    episode_timeout_s: float | None = EPISODE_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Evaluate and write `trajectories.jsonl`, `summary.json`, `report.md` and `report.png` in `out_dir`.
     `samples` episodes per task (pass@k is reported; sampling needs temperature > 0 or a seeded scripted
@@ -217,9 +219,11 @@ def evaluate(
     is checked against the directory's before resuming (`RunMismatchError`). The directory is owned by this
     call (`RunDirBusyError` if another process holds it). Failed episodes (`Trajectory.failed`) are
     counted in `n_failed`, never scored, and retried by the next resume (the failed records move to
-    `failed.jsonl`)."""
+    `failed.jsonl`). An episode still running `episode_timeout_s` after its reset fails as `timeout` (None: no
+    limit)."""
     def run(todo: list[Task]) -> Iterator[Trajectory]:
-        return run_episodes(make_env, todo, policy, sampling, concurrency, env_id, env_workers=env_workers)
+        return run_episodes(make_env, todo, policy, sampling, concurrency, env_id, env_workers=env_workers,
+                            episode_timeout_s=episode_timeout_s)
 
     return _evaluate_run(run, tasks, out_dir, f"eval {policy.name}",
                          {"policy": policy.name, "env": env_id, "samples": samples, **(meta or {})},

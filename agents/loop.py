@@ -23,6 +23,11 @@ from sleuth.agents.steps import INLINE_WAIT_S, EnvSteps
 from sleuth.agents.trajectory import Trajectory
 from sleuth.tasks.base import Task
 
+# The default wall clock per episode, reset to end, for evaluation and training alike: past it an episode fails as
+# `timeout` (never scored). Half an hour holds the slowest shipped episodes (SWE test suites) with room to spare
+# and stops a runaway one (an env that never ends, a tool that never returns) before it holds a run for hours.
+EPISODE_TIMEOUT_S = 1800.0
+
 
 def run_episodes(
     make_env: Callable[[], gymnasium.Env],

@@ -100,6 +100,9 @@ def write_report(out: Path, summary: dict[str, Any], trajs: Sequence[Trajectory]
             action = turn.action_text.strip().replace("\n", " ")[:120]
             note = f" → error: {turn.error}" if turn.error else ""
             lines.append(f"  {i + 1}. `{action}`{note}")
+    stops = summary.get("stop_reasons") or {}
+    if stops:  # why episodes ended: a run of refused replies (`invalid_actions`) or a `timeout` shows here
+        lines += ["", "Episodes ended by: " + ", ".join(f"{k or 'unknown'} {v}" for k, v in stops.items()) + "."]
     passes = {k: v for k, v in summary.items() if k.startswith("pass@")}
     if passes and summary.get("samples", 1) > 1:
         lines += ["", "## pass@k (unbiased estimator)", "", "| " + " | ".join(passes) + " |",

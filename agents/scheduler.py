@@ -81,16 +81,18 @@ class StepOutcome:
     error: str | None
     verdict: Verdict | None
     legal_actions: Sequence[str] | None  # what a text env accepts next, where it says (`envs/families`)
+    stop_reason: str | None  # why the env ended the episode, where it names it (e.g. `invalid_actions`)
     info: dict[str, Any]
 
     @classmethod
     def from_gym(cls, step: tuple[Any, Any, Any, Any, dict[str, Any]]) -> StepOutcome:
         _, reward, terminated, truncated, info = step
-        rest = {k: v for k, v in info.items() if k not in ("messages", "read", "legal_actions")}
+        rest = {k: v for k, v in info.items() if k not in ("messages", "read", "legal_actions", "stop_reason")}
         read, verdict = info.get("read"), info.get("verdict")
         return cls(float(reward), bool(terminated), bool(truncated), list(info.get("messages") or []),
                    ReadEvent.from_info(read) if read else None, info.get("tool_call"), info.get("error"),
-                   Verdict.from_dict(verdict) if verdict is not None else None, info.get("legal_actions"), rest)
+                   Verdict.from_dict(verdict) if verdict is not None else None, info.get("legal_actions"),
+                   info.get("stop_reason"), rest)
 
 
 @dataclass
@@ -143,28 +145,30 @@ class EpisodeScheduler:
         """Reset envs for waiting tasks while there is room (between rounds only, under the barrier)."""
         if self.barrier and self.busy:
             return
+        began: list[Future] = []
         while not self._ended and self.running < self.concurrency:
             got = self.feed.poll(self.concurrency - self.running)
             if got is None:
                 self._ended = True
-            for task in got or ():
-                self._admit(task)
+            began += [self._admit(task) for task in got or ()]
             if not got:
-                return
+                break
+        if self._ended:  # no task will use an idle env again: what it holds (a server's session) goes now
+            while self._idle_envs:
+                with contextlib.suppress(Exception):
+                    self._idle_envs.pop().close()
+        if began:  # waited for together: resets that wait (a server with one session) cost one wait, not one each
+            wait(began, timeout=INLINE_WAIT_S)
+            self.poll_resets(None)
 
-    def _admit(self, item: Task | Branch) -> None:
-        """Reset an env for `item` on a thread of its own, waited for up to INLINE_WAIT_S (a reset that runs
-        longer goes on in the background: `poll_resets`)."""
+    def _admit(self, item: Task | Branch) -> Future:
+        """Reset an env for `item` on a thread of its own (started by `poll_resets` once it returns)."""
         index, self._admitted = self._admitted, self._admitted + 1
         task = item.task if isinstance(item, Branch) else item
         env = self._idle_envs.pop() if self._idle_envs else self.make_env()
-        began = time.perf_counter()
         resetting = in_background(lambda: env.reset(options={"task": task}))
-        wait([resetting], timeout=INLINE_WAIT_S)
-        if resetting.done():
-            self._start(index, item, env, resetting, began)
-        else:
-            self.resetting[resetting] = (index, item, env, began)
+        self.resetting[resetting] = (index, item, env, time.perf_counter())
+        return resetting
 
     def poll_resets(self, timeout_s: float | None) -> None:
         """Start the episodes whose background reset returned (in task order); fail as `timeout` those whose
@@ -259,6 +263,7 @@ class EpisodeScheduler:
         if o.terminated or o.truncated:
             if turn.read is not None:  # e.g. the budget ran out on this read: nobody saw the document
                 turn.read.shown = False
+            ep.traj.stop_reason = o.stop_reason or ""
             self._finish(ep, o.terminated, o.truncated, o.verdict)
             return
         turn.observation = "\n".join(m["content"] for m in o.messages)

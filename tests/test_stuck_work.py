@@ -166,7 +166,8 @@ def test_a_run_whose_episodes_keep_getting_stuck_stops_in_one_line_after_the_lim
     args = ["--out", tmp_path / "run", "--set", f"model={tiny_model_dir}", "--set", "env=stuck_envs:HangingDocRead",
             "--set", "env_args={harness: text, hang: step}", "--set", "task_limit=8", "--set", "rollout.max_tokens=8",
             "--set", "rollout.group_size=2", "--set", "rollout.episode_timeout_s=1",
-            "--set", "rollout.max_consecutive_failures=3", "--set", "checkpoint.export_hf=false",
+            "--set", "rollout.max_consecutive_failures=3", "--set", "rollout.outage_retries=0",
+            "--set", "checkpoint.export_hf=false",
             "--set", "tensorboard=false", "--max-steps", "2"]
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "sleuth.cli", "train", *map(str, args)], env=env,

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from sleuth.agents.loop import EPISODE_TIMEOUT_S
 from sleuth.training.cluster import ClusterConfig
 from sleuth.training.distill import DistillConfig
 from sleuth.training.engine import EngineConfig
@@ -60,7 +61,7 @@ class RolloutConfig:
     # Wall clock per episode, reset to end (env steps, tool calls, sandboxes, a user's agent through the gateway):
     # an episode still running then fails as `timeout` (never scored; its group re-sampled) and its env is closed.
     # null: no limit. Raise it for envs whose episodes legitimately run long (SWE test suites).
-    episode_timeout_s: float | None = 1800.0
+    episode_timeout_s: float | None = EPISODE_TIMEOUT_S
     # Infrastructure failures in a row (env, engine, timeout; across steps) after which the run stops in one line
     # naming the last one, to be resumed with --resume once the cause is fixed. 0: never stop for this.
     max_consecutive_failures: int = 64

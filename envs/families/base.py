@@ -5,7 +5,12 @@ A text env's reply is the action as decoded from the policy's sampled ids; the l
 never re-tokenises the text. Each observation is a user message, so any chat template renders it. Where the env
 can tell which moves it would accept now, its reset and step info carry them as `legal_actions` (the
 `random-legal` baseline plays one); the episode's score is its return, the sum of the env's rewards, unless the
-family says otherwise (a game's result for the policy's seat)."""
+family says otherwise (a game's result for the policy's seat).
+
+A reply the env's harness refuses (no parseable call, an unknown tool, arguments its schema rejects) never reaches
+the foreign env, so the env's own limits (five guesses, a step cap) never end an episode of refusals:
+`max_invalid_actions` of them in a row end it (stop reason `invalid_actions`), scored as the family scores an
+episode cut short — the policy's outcome, not an infrastructure failure."""
 
 from __future__ import annotations
 
@@ -25,6 +30,9 @@ from sleuth.tasks.seeds import seed_task, task_seed
 from sleuth.verifiers.base import Verdict
 
 FREE = "free"  # the harness of a text env: the whole reply is the action
+# Refused replies in a row that end an episode: a policy that has not produced a valid call in eight tries rarely
+# does on the ninth, and each try makes the next prompt longer.
+MAX_INVALID_ACTIONS = 8
 
 
 class MissingExtraError(ImportError):
@@ -96,6 +104,7 @@ class Move:
     details: dict[str, Any] = field(default_factory=dict)  # facts for the step's info (e.g. an invalid move)
     # the observation as the chat messages the policy sees next (tool results, a user turn); None: one user message
     messages: list[dict[str, Any]] | None = None
+    refused: bool = False  # the harness refused the reply: it never reached the foreign env
 
     def chat(self) -> list[dict[str, Any]]:
         return self.messages if self.messages is not None else [{"role": "user", "content": self.observation}]
@@ -104,15 +113,16 @@ class Move:
 class TextGameEnv(gymnasium.Env):
     """reset(options={"task": Task}) → (first observation, info); step(reply text) → the gymnasium 5-tuple. The
     task's seed (`seeds:` tasks, else one derived from its id) fixes the episode. `max_turns` truncates an episode
-    the foreign env never ends. A foreign env that raises fails the episode (`EnvFailure`: the loop records an env
-    error, not a score)."""
+    the foreign env never ends; `max_invalid_actions` refused replies in a row (None: no limit) truncate it too. A
+    foreign env that raises fails the episode (`EnvFailure`: the loop records an env error, not a score)."""
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
     family: ClassVar[str] = ""
     harnesses: ClassVar[tuple[str, ...]] = (FREE,)  # the first is the default
 
     def __init__(self, env_id: str, *, harness: str | None = None, max_turns: int = 64,
-                 system_prompt: str | None = None, tasks: list[Task] | None = None):
+                 system_prompt: str | None = None, tasks: list[Task] | None = None,
+                 max_invalid_actions: int | None = MAX_INVALID_ACTIONS):
         harness = harness or self.harnesses[0]
         if harness not in self.harnesses:
             what = "takes the policy's whole reply as its action" if self.harnesses == (FREE,) else "acts through"
@@ -120,6 +130,9 @@ class TextGameEnv(gymnasium.Env):
                              f"not the {harness!r} format")
         if max_turns < 1:
             raise ValueError(f"max_turns must be ≥ 1, got {max_turns}")
+        if max_invalid_actions is not None and max_invalid_actions < 1:
+            raise ValueError(f"max_invalid_actions must be ≥ 1 (or None: no limit), got {max_invalid_actions}")
+        self.max_invalid_actions = max_invalid_actions
         self.env_id, self.max_turns, self.system_prompt, self.format = env_id, max_turns, system_prompt, harness
         self.tasks = list(tasks) if tasks else None
         self.observation_space = TextSpace(max_length=1 << 20)
@@ -135,6 +148,10 @@ class TextGameEnv(gymnasium.Env):
     @abstractmethod
     def advance(self, action: str) -> Move:
         """Play the policy's reply."""
+
+    def finish(self) -> None:
+        """The episode ended (the foreign env ended it, or a limit did): give back what it held only while it ran
+        (a server's session), so another episode may have it. It does not raise: the episode's outcome stands."""
 
     def verdict(self) -> Verdict:
         """The finished episode's score: its return."""
@@ -167,7 +184,7 @@ class TextGameEnv(gymnasium.Env):
                     else seed_task(seed if seed is not None else int(self.np_random.integers(1 << 31))))
         if isinstance(task, dict):
             task = Task.from_dict(task)
-        self.task, self.turn, self.episode_return, self.done = None, 0, 0.0, False
+        self.task, self.turn, self.episode_return, self.done, self.refused_in_a_row = None, 0, 0.0, False, 0
         move = self._guarded(lambda: self.begin(task, task_seed(task)), "reset")
         self.task = task
         messages = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else [])
@@ -185,13 +202,18 @@ class TextGameEnv(gymnasium.Env):
         self.turn += 1
         move = self._guarded(lambda: self.advance(action), "step")
         self.episode_return += move.reward
-        truncated = move.truncated or (not move.terminated and self.turn >= self.max_turns)
+        self.refused_in_a_row = self.refused_in_a_row + 1 if move.refused else 0
+        runaway = self.max_invalid_actions is not None and self.refused_in_a_row >= self.max_invalid_actions
+        truncated = move.truncated or (not move.terminated and (self.turn >= self.max_turns or runaway))
         info: dict[str, Any] = {"turn": self.turn, "tool_call": None, "error": None, **move.details,
                                 "legal_actions": move.legal_actions}
+        if runaway and not move.terminated:
+            info["stop_reason"] = "invalid_actions"
         if move.terminated or truncated:
             self.done = True
             info["verdict"] = self.verdict().to_dict()
             info["messages"] = []
+            self.finish()
         else:
             info["messages"] = move.chat()
         return move.observation, move.reward, move.terminated, truncated, info

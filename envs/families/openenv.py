@@ -17,14 +17,19 @@ tool's result (its data, else the text of its content) or `the tool failed: ...`
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
 import re
+import threading
+import time
 import typing
 from typing import Any
 
 import httpx
 
 from sleuth.envs.families.base import EnvFailure, Move, TextGameEnv, require
+from sleuth.envs.families.sessions import SESSION_WAIT_S, SessionGate, SessionsBusy, open_session
 from sleuth.envs.harness import Harness
 from sleuth.envs.tools import Tool
 from sleuth.registry import import_target
@@ -82,25 +87,47 @@ def observation_text(fields: dict[str, Any]) -> str:
 
 
 def _action_model(env_cls: type, given: str | None) -> type:
+    """The env's action model, where OpenEnv's own code would find it: `action=` given, the class's generic
+    parameters (`Environment[Act, Obs, State]`), else the annotation of `step`'s action (what `openenv init`'s
+    template writes: `def step(self, action: MyAction)`, no generic parameters)."""
     if given:
         return import_target(given)
     from openenv.core.env_server.types import Action
 
-    for base in getattr(env_cls, "__orig_bases__", ()):  # Environment[Act, Obs, State]: the class's declaration
+    for base in getattr(env_cls, "__orig_bases__", ()):  # a class's declared bases: not every class has generics
         for arg in typing.get_args(base):
             if isinstance(arg, type) and issubclass(arg, Action):
                 return arg
-    raise ValueError(f"{env_cls.__name__} declares no Action type (Environment[Action, Observation, State]): pass "
-                     "env_args action=module:ActionClass")
+    try:
+        hints = typing.get_type_hints(env_cls.step)
+    except (NameError, TypeError) as e:  # an annotation that names what its module does not import
+        raise ValueError(f"{env_cls.__name__}.step's annotations do not resolve ({e}): pass env_args "
+                         "action=module:ActionClass") from None
+    annotated = [h for k, h in hints.items() if k != "return" and isinstance(h, type) and issubclass(h, Action)]
+    if len(annotated) == 1:
+        return annotated[0]
+    raise ValueError(f"{env_cls.__name__} declares no Action type (neither Environment[Action, Observation, State] "
+                     "nor an Action annotation on step's action): pass env_args action=module:ActionClass")
+
+
+def _reset_kwargs(env: Any, seed: int) -> dict[str, Any]:
+    """`seed` for an env whose `reset` takes it. OpenEnv's server passes reset only the arguments its signature
+    names (`http_server._get_valid_kwargs`), and `openenv init`'s template has `reset(self)`: an env runs in this
+    process as it runs under its own server."""
+    params = inspect.signature(env.reset).parameters
+    takes = "seed" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return {"seed": seed} if takes else {}
 
 
 class OpenEnvEnv(TextGameEnv):
     family = "openenv"
     harnesses = ("json", "text")
 
-    def __init__(self, env_id: str, *, action: str | None = None, timeout_s: float = 60.0, **kwargs: Any):
+    def __init__(self, env_id: str, *, action: str | None = None, timeout_s: float = 60.0,
+                 session_wait_s: float = SESSION_WAIT_S, **kwargs: Any):
         require("openenv.core", "openenv", "openenv-core")
-        own = {k: kwargs.pop(k) for k in ("harness", "max_turns", "system_prompt", "tasks") if k in kwargs}
+        own = {k: kwargs.pop(k) for k in ("harness", "max_turns", "system_prompt", "tasks", "max_invalid_actions")
+               if k in kwargs}
         super().__init__(env_id, **own)
         self.remote = env_id.startswith(("http://", "https://"))
         self.kwargs = kwargs
@@ -109,9 +136,13 @@ class OpenEnvEnv(TextGameEnv):
 
             schema = self._schema(env_id, timeout_s)
             self.client = GenericEnvClient(base_url=env_id, message_timeout_s=timeout_s).sync()
+            self.gate, self.session_wait_s, self.in_session = SessionGate.of(env_id), session_wait_s, False
+            self.abandoned = threading.Event()  # set by close(): a reset still waiting for a session gives up
             self.mcp = "tool_name" in (schema.get("properties") or {})  # its action is MCP's CallToolAction
             if self.mcp:
-                listed = dict(self.client.step({"type": "list_tools"}).observation or {}).get("tools") or []
+                listed = dict(self._in_session(lambda: self.client.step({"type": "list_tools"})).observation
+                              or {}).get("tools") or []
+                self._end_session()
                 self.tools = self._mcp_tools(listed, lambda name, args: self.client.step(
                     {"type": "call_tool", "tool_name": name, "arguments": args}))
             else:
@@ -157,7 +188,41 @@ class OpenEnvEnv(TextGameEnv):
         return [t.schema() for t in self.tools.values()]
 
     def begin(self, task: Task, seed: int) -> Move:
-        return self._move(self.client.reset(seed=seed) if self.remote else self.env.reset(seed=seed))
+        if self.remote:
+            return self._move(self._in_session(lambda: self.client.reset(seed=seed)))
+        return self._move(self.env.reset(**_reset_kwargs(self.env, seed)))
+
+    def _in_session(self, call: Any) -> Any:
+        """`call()` in this env's server session, opened first (waiting for a free one) if none is held."""
+        if self.in_session:
+            return call()
+
+        def connect() -> Any:
+            try:
+                return call()
+            except Exception:
+                with contextlib.suppress(Exception):  # the next try opens a new WebSocket
+                    self.client.disconnect()
+                raise
+
+        try:
+            out = open_session(self.gate, connect, _refused_session, time.monotonic() + self.session_wait_s,
+                               self.abandoned)
+        except SessionsBusy as e:
+            raise EnvFailure(f"openenv:{self.env_id}: {e}") from None
+        self.in_session = True
+        return out
+
+    def _end_session(self) -> None:
+        if self.in_session:
+            self.in_session = False
+            with contextlib.suppress(Exception):  # best effort, as OpenEnv's own disconnect
+                self.client.disconnect()
+            self.gate.release()
+
+    def finish(self) -> None:
+        if self.remote:
+            self._end_session()
 
     def advance(self, action: str) -> Move:
         parsed = self.harness.parser.parse(action, self.tools)
@@ -168,12 +233,13 @@ class OpenEnvEnv(TextGameEnv):
             tool = self.tools[call.name]
             args, error = tool.check_arguments(call.arguments)
         if error is not None:
-            return Move(self.harness.parser.wrap(error), details={"error": error, "tool_call": None})
+            return Move(self.harness.parser.wrap(error), details={"error": error, "tool_call": None}, refused=True)
         try:
             out = tool.fn(**args)
         except (ValueError, TypeError) as e:  # the action model refused the arguments (pydantic's ValidationError)
             message = f"the action was refused: {str(e).splitlines()[0]}"
-            return Move(self.harness.parser.wrap(message), details={"error": message, "tool_call": call.to_dict()})
+            return Move(self.harness.parser.wrap(message), details={"error": message, "tool_call": call.to_dict()},
+                        refused=True)
         move = self._move(out)
         move.details = {"tool_call": call.to_dict()}
         move.observation = self.harness.clip(move.observation)
@@ -190,9 +256,19 @@ class OpenEnvEnv(TextGameEnv):
 
     def close(self) -> None:
         if self.remote:
+            self.abandoned.set()
+            self._end_session()
             self.client.close()
         else:
             self.env.close()
+
+
+def _refused_session(error: Exception) -> bool:
+    """An OpenEnv server at capacity: it answers the new WebSocket with CAPACITY_REACHED and closes it, which the
+    client reports as that error, or as the connection closed normally (1000) under its first message."""
+    from websockets.exceptions import ConnectionClosedOK
+
+    return isinstance(error, ConnectionClosedOK) or "CAPACITY_REACHED" in str(error)
 
 
 def make(env_id: str, **env_args: Any) -> OpenEnvEnv:
