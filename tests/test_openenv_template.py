@@ -113,3 +113,16 @@ def test_a_valid_call_resets_the_count_and_the_limit_is_a_setting(scaffold, monk
     assert truncated and not terminated and info["stop_reason"] == "invalid_actions"
     with pytest.raises(ValueError, match="max_invalid_actions must be"):
         sleuth.make(f"openenv:{NAME}.server.{NAME}_environment:EchoEnvironment", max_invalid_actions=0)
+
+
+def test_the_templates_server_module_runs_as_deployed_from_its_create_app_triple(scaffold, monkeypatch, tokenizer):
+    """`openenv:echo_env.server.app:app`: the scaffold's app (its create_app triple, its one-session limit) is
+    served in this process, and four episodes at once share its session."""
+    monkeypatch.syspath_prepend(str(scaffold))
+    target = f"openenv:{NAME}.server.app:app"
+    with pytest.warns(UserWarning, match="refused a session"):
+        trajs = list(run_episodes(lambda: sleuth.make(target, max_turns=2), load_tasks("seeds:0-3"),
+                                  Writes(tokenizer, _echo("hey")), concurrency=4, episode_timeout_s=120))
+    assert [t.failed for t in trajs] == [False] * 4 and all(t.reward == pytest.approx(0.6) for t in trajs)
+    with pytest.raises(ValueError, match="its env is built by the server"):
+        sleuth.make(target, size=3)

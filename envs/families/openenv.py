@@ -1,14 +1,19 @@
-"""`openenv:<module>:<Environment class>` (built in this process) and `openenv:http://HOST:PORT` (a running
-OpenEnv server, one WebSocket session per env, through openenv-core's own `GenericEnvClient`): an OpenEnv env
+"""`openenv:<module>:<Environment class>` (built in this process), `openenv:<module>:<app>` (a server module's
+`create_app(...)` app, served in this process as deployed) and `openenv:http://HOST:PORT` (a running OpenEnv
+server, one WebSocket session per episode, through openenv-core's own `GenericEnvClient`): an OpenEnv env
 whose action model becomes one tool. The policy calls it in a tool-call harness (`json` by default, or `text`);
 its arguments are checked against the action's JSON schema as sleuth's own tools are, and a malformed call is
 an observation that says what was wrong (it counts against `max_turns`), never an exception. Each observation
 is the observation model's fields other than `done`, `reward` and `metadata` (the one field's text, else JSON);
 the score is the episode's return.
 
-The action model of an in-process env is its `Environment[Action, Observation, State]` type argument, or
-`action="module:Class"` in env_args; a server's comes from its `/schema`. Seeds reach OpenEnv's
-`reset(seed=...)`.
+The action model of an in-process env is `action="module:Class"` in env_args, its `Environment[Action,
+Observation, State]` type argument, or the annotation of `step`'s action (`openenv init`'s template declares no
+generics); a server's comes from its `/schema`. Seeds reach OpenEnv's `reset(seed=...)` where reset takes one.
+
+A server holds a session from an episode's reset to its end; one at capacity (`create_app`'s default is one
+session) makes the next episodes wait for a free one (`sessions.py`). Refused replies never reach the env, so
+`max_invalid_actions` of them in a row end the episode (`TextGameEnv`).
 
 An MCP env (an `MCPEnvironment` in process; a server whose action is `CallToolAction`, which sleuth's own
 `sleuth serve openenv` is) offers its MCP tools instead, each under its own name with its own input schema,
@@ -32,6 +37,7 @@ from sleuth.envs.families.base import EnvFailure, Move, TextGameEnv, require
 from sleuth.envs.families.sessions import SESSION_WAIT_S, SessionGate, SessionsBusy, open_session
 from sleuth.envs.harness import Harness
 from sleuth.envs.tools import Tool
+from sleuth.net import in_thread
 from sleuth.registry import import_target
 from sleuth.tasks.base import Task
 
@@ -129,14 +135,19 @@ class OpenEnvEnv(TextGameEnv):
         own = {k: kwargs.pop(k) for k in ("harness", "max_turns", "system_prompt", "tasks", "max_invalid_actions")
                if k in kwargs}
         super().__init__(env_id, **own)
-        self.remote = env_id.startswith(("http://", "https://"))
+        target = None if env_id.startswith(("http://", "https://")) else import_target(env_id)
+        url = env_id if target is None else _served_app(env_id, target) if _is_app(target) else None
+        self.remote = url is not None
+        if self.remote and kwargs:
+            raise ValueError(f"openenv:{env_id} is a server: its env is built by the server, not from env_args "
+                             f"{', '.join(sorted(kwargs))}")
         self.kwargs = kwargs
         if self.remote:
             from openenv.core.generic_client import GenericEnvClient
 
-            schema = self._schema(env_id, timeout_s)
-            self.client = GenericEnvClient(base_url=env_id, message_timeout_s=timeout_s).sync()
-            self.gate, self.session_wait_s, self.in_session = SessionGate.of(env_id), session_wait_s, False
+            schema = self._schema(url, timeout_s)
+            self.client = GenericEnvClient(base_url=url, message_timeout_s=timeout_s).sync()
+            self.gate, self.session_wait_s, self.in_session = SessionGate.of(url), session_wait_s, False
             self.abandoned = threading.Event()  # set by close(): a reset still waiting for a session gives up
             self.mcp = "tool_name" in (schema.get("properties") or {})  # its action is MCP's CallToolAction
             if self.mcp:
@@ -152,7 +163,7 @@ class OpenEnvEnv(TextGameEnv):
             from openenv.core.env_server.mcp_environment import MCPEnvironment
             from openenv.core.env_server.mcp_types import CallToolAction, ListToolsAction
 
-            env_cls = import_target(env_id)
+            env_cls = target
             self.env = env_cls(**kwargs)
             self.mcp = isinstance(self.env, MCPEnvironment)
             if self.mcp:
@@ -261,6 +272,27 @@ class OpenEnvEnv(TextGameEnv):
             self.client.close()
         else:
             self.env.close()
+
+
+def _is_app(target: Any) -> bool:
+    """A server module's app (`create_app(Env, Action, Observation)`, as `openenv init`'s `server/app.py`)."""
+    from starlette.applications import Starlette
+
+    return isinstance(target, Starlette)
+
+
+_apps: dict[str, str] = {}  # a server module's app → the URL it is served at in this process
+_servers = contextlib.ExitStack()  # holds them (a dropped context would stop its server); daemon threads
+_apps_lock = threading.Lock()
+
+
+def _served_app(target_id: str, app: Any) -> str:
+    """`app` served on a loopback port for as long as this process lives (one server per app, however many envs
+    use it): the env runs exactly as its server module deploys it, its session limit included."""
+    with _apps_lock:
+        if target_id not in _apps:
+            _apps[target_id] = _servers.enter_context(in_thread(app))
+        return _apps[target_id]
 
 
 def _refused_session(error: Exception) -> bool:
