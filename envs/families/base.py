@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, ClassVar
@@ -58,7 +58,8 @@ class EnvFamily:
     """One inbound family: `make(id, **env_args)` builds its env `FAMILY:id`; `ids()` lists the ids it knows (for
     "did you mean"; empty where ids are open-ended, e.g. a module path); `seeded`: its episodes come from seeds
     (`--tasks seeds:A-B`, no task file); `rows`: its seeds index the rows of a finite task set, so there are no
-    default seed ranges (each run names its rows); `harness`: the harness its envs take by default."""
+    default seed ranges (each run names its rows); `harness`: the harness its envs take by default; `modules`: an
+    id may be `MODULE:ID`, where importing the user's MODULE registers ID with the family's library (`user_id`)."""
 
     name: str
     make: Any  # "module:function" or (env_id: str, **env_args) -> gymnasium.Env
@@ -66,6 +67,35 @@ class EnvFamily:
     seeded: bool = True
     harness: str = FREE
     rows: bool = False
+    modules: bool = False
+
+
+def user_id(env_id: str) -> str | None:
+    """The ID of a `MODULE:ID` after importing MODULE, which registers ID with its library as that library's docs
+    have users do (`gem.register`, `ta.register`, `register_dataset` at import); None where MODULE is no module
+    (the id is the library's own, e.g. GEM's `game:Sudoku-v0-easy`). The same rule as `openenv:MODULE:Class`."""
+    module, sep, rest = env_id.partition(":")
+    if not sep or not rest or not all(part.isidentifier() for part in module.split(".")):
+        return None
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as e:  # MODULE itself missing: not a module; an import inside it failing: a fault
+        if e.name and (module == e.name or module.startswith(e.name + ".")):
+            return None
+        raise
+    return rest
+
+
+def registered(env_id: str, registry: Container[str]) -> str:
+    """The key of `registry` (a library's ids) that `env_id` names: itself, or the ID of `MODULE:ID` (`user_id`)."""
+    if env_id in registry:
+        return env_id
+    named = user_id(env_id)
+    if named is None or named not in registry:
+        module = env_id.partition(":")[0]
+        raise KeyError(f"{env_id!r} is not registered" + (f" (importing {module} registered no {named!r})"
+                                                          if named is not None else ""))
+    return named
 
 
 class LegalMoves(Sequence[str]):
@@ -157,6 +187,11 @@ class TextGameEnv(gymnasium.Env):
         """The finished episode's score: its return."""
         return Verdict(self.episode_return, {"return": self.episode_return, "turns": self.turn})
 
+    def seed_count(self) -> int | None:
+        """How many episodes the env's seeds index where they index a finite set (seeds 0..n-1, e.g. a dataset's
+        items); None: every seed makes an episode. A reset with neither seed nor task draws inside it."""
+        return None
+
     def env_args(self) -> dict[str, Any]:
         """The arguments that rebuild this env (reset info's `env_args`: an oracle regenerates gold from them)."""
         return {}
@@ -181,7 +216,8 @@ class TextGameEnv(gymnasium.Env):
         task = (options or {}).get("task")
         if task is None:
             task = (self.tasks[int(self.np_random.integers(len(self.tasks)))] if self.tasks
-                    else seed_task(seed if seed is not None else int(self.np_random.integers(1 << 31))))
+                    else seed_task(seed if seed is not None
+                                   else int(self.np_random.integers(self.seed_count() or 1 << 31))))
         if isinstance(task, dict):
             task = Task.from_dict(task)
         self.task, self.turn, self.episode_return, self.done, self.refused_in_a_row = None, 0, 0.0, False, 0

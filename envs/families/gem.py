@@ -2,6 +2,10 @@
 take a text action and return the Gym 5-tuple; their rewards are kept as they are (a game's success 1.0, a
 format error −0.1 that ends it), so the score is the episode's return.
 
+A user's own env, a `gem.Env` subclass registered with `gem.register(id, "module:Class", **kwargs)` when its module
+is imported (as GEM's own envs are), is `gem:<module>:<id>` (e.g. `gem:my_games:game:Mastermind-v1`): sleuth
+imports the module, then makes the id. An id GEM already knows is taken as it is.
+
 Seeding: GEM draws from Python's and NumPy's global generators, seeded at reset (`gem.utils.seeding.set_seed`).
 So that an episode is fixed by its seed whatever else runs (other GEM envs in other threads, sleuth's own
 draws), each env keeps its own copy of both generators' state: a call into GEM runs under one process-wide lock
@@ -23,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from sleuth.envs.families.base import LegalMoves, Move, TextGameEnv, require
+from sleuth.envs.families.base import LegalMoves, Move, TextGameEnv, registered, require
 from sleuth.tasks.base import Task
 
 LEGAL_SAMPLES = 16  # random actions drawn to list as legal moves (deduplicated)
@@ -91,7 +95,9 @@ class GemEnv(TextGameEnv):
         gem = require("gem", "gem", "gem-llm")
         own = {k: kwargs.pop(k) for k in ("harness", "max_turns", "system_prompt", "tasks") if k in kwargs}
         super().__init__(env_id, **own)
-        spec = gem.envs.registration.ENV_REGISTRY[env_id]
+        registry = gem.envs.registration.ENV_REGISTRY
+        gem_id = registered(env_id, registry)
+        spec = registry[gem_id]
         dataset = kwargs.get("dataset_name", spec.kwargs.get("dataset_name"))
         if isinstance(dataset, str) and dataset and not Path(dataset).exists():
             raise DownloadRefused(f"gem:{env_id} loads the data set {dataset!r} from the Hugging Face hub; nothing "
@@ -99,7 +105,7 @@ class GemEnv(TextGameEnv):
         self.kwargs = kwargs
         self.rng = _OwnRng()
         with _no_downloads(env_id), self.rng.active():
-            self.env = gem.make(env_id, **kwargs)
+            self.env = gem.make(gem_id, **kwargs)
 
     def env_args(self) -> dict[str, Any]:
         return dict(self.kwargs)

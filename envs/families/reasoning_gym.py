@@ -8,14 +8,19 @@ reply puts between `<answer>` tags, reasoning-gym's own protocol; `reply`: the w
 model that writes no tags, which reasoning-gym's scorers then grade, e.g. partial credit for a reply that
 contains the answer), `system_prompt` (a key of reasoning-gym's `SYSTEM_PROMPTS` or a text; default: `direct`
 for tags, an answer-only instruction for reply), and any field of the dataset's own config (e.g. `min_terms`,
-`max_digits` for `chain_sum`)."""
+`max_digits` for `chain_sum`).
+
+A user's own dataset, a `ProceduralDataset` subclass with its config dataclass, registered with
+`register_dataset(name, DatasetCls, ConfigCls)` when its module is imported (as reasoning-gym's own datasets are), is
+`reasoning_gym:<module>:<name>`: sleuth imports the module, then creates the dataset by name. A reset with neither
+seed nor task draws an item index below `size`."""
 
 from __future__ import annotations
 
 import functools
 from typing import Any
 
-from sleuth.envs.families.base import Move, TextGameEnv, require
+from sleuth.envs.families.base import Move, TextGameEnv, registered, require
 from sleuth.envs.parsers import ToolCall
 from sleuth.tasks.base import Task
 from sleuth.tasks.seeds import task_seed
@@ -36,7 +41,7 @@ def dataset_names() -> list[str]:
 @functools.lru_cache(maxsize=32)
 def _dataset(name: str, frozen_config: tuple[tuple[str, Any], ...]) -> Any:
     rg = require("reasoning_gym", "reasoning_gym", "reasoning-gym")
-    return rg.create_dataset(name, **dict(frozen_config))
+    return rg.create_dataset(registered(name, rg.factory.DATASETS), **dict(frozen_config))
 
 
 def _freeze(config: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -61,6 +66,10 @@ class ReasoningGymEnv(TextGameEnv):
 
     def env_args(self) -> dict[str, Any]:
         return {"dataset": self.env_id, "answer": self.answer_mode, **self.config}
+
+    def seed_count(self) -> int:
+        """A seed is an item index: the dataset has `size` items."""
+        return self.config["size"]
 
     def begin(self, task: Task, seed: int) -> Move:
         if not 0 <= seed < self.config["size"]:

@@ -8,7 +8,11 @@ judge, the policy's and the opponent's alike (TextArena warns once, then the off
 Legal moves: TextArena games write moves in brackets and most list the ones open now ("Available Moves:
 '[0]', '[4]'"); the last line of an observation that names moves or actions and holds bracketed moves is
 read as that list. Opponents (`random-legal`, a model behind an OpenAI-compatible server, the policy itself,
-an object in code) are in `opponents.py`."""
+an object in code) are in `opponents.py`. `num_players` (default: the first of 2, 1, 3, 4 the game takes).
+
+A user's own game, a `ta.Env` subclass registered with `ta.register(id=..., entry_point=...)` when its module is
+imported (as TextArena's own games are), is `textarena:<module>:<id>`: sleuth imports the module, then makes the id.
+Where the user registered `<id>-raw` too (TextArena's `register_with_versions` does), that unwrapped version runs."""
 
 from __future__ import annotations
 
@@ -16,12 +20,13 @@ import random
 import re
 from typing import Any
 
-from sleuth.envs.families.base import LegalMoves, Move, TextGameEnv, require
+from sleuth.envs.families.base import LegalMoves, Move, TextGameEnv, registered, require
 from sleuth.envs.families.opponents import ModelOpponent, Opponent, bracketed, make_opponent
 from sleuth.tasks.base import Task
 from sleuth.verifiers.base import Verdict
 
 GAME_ID = -1  # TextArena's sender id of game messages
+PLAYER_COUNTS = (2, 1, 3, 4)  # tried in turn where env_args name no num_players: most games take two, some one
 _LISTING = re.compile(r"\b(moves?|actions?)\b", re.I)
 
 
@@ -53,23 +58,35 @@ def render(messages: list[Any]) -> str:
 class TextArenaEnv(TextGameEnv):
     family = "textarena"
 
-    def __init__(self, env_id: str, *, num_players: int = 2, seat: int = 0,
+    def __init__(self, env_id: str, *, num_players: int | None = None, seat: int = 0,
                  opponent: str | dict[str, Any] | Opponent = "random-legal", **kwargs: Any):
         ta = require("textarena", "textarena", "textarena")
         own = {k: kwargs.pop(k) for k in ("harness", "max_turns", "system_prompt", "tasks") if k in kwargs}
         super().__init__(env_id, **own)
-        if not 0 <= seat < num_players:
-            raise ValueError(f"seat {seat} is not one of the game's {num_players} seats")
         self.opponent: Opponent = make_opponent(opponent)
         self.rebuild = {"opponent": opponent} if isinstance(opponent, (str, dict)) else {}  # an object stays in code
-        self.num_players, self.seat, self.kwargs = num_players, seat, kwargs
-        raw = f"{env_id}-raw"  # the game without TextArena's wrappers: sleuth's chat history holds the messages
-        self.game = ta.make(raw if raw in ta.envs.registration.ENV_REGISTRY else env_id, **kwargs)
-        try:
-            self.game.reset(num_players=num_players, seed=0)
-        except AssertionError as e:  # TextArena's states assert their player count
-            raise ValueError(f"textarena:{env_id} does not take {num_players} players ({e}): pass env_args "
-                             "num_players=N") from None
+        self.seat, self.kwargs = seat, kwargs
+        registry = ta.envs.registration.ENV_REGISTRY
+        ta_id = registered(env_id, registry)
+        raw = f"{ta_id}-raw"  # the game without TextArena's wrappers: sleuth's chat history holds the messages
+        self.game = ta.make(raw if raw in registry else ta_id, **kwargs)
+        self.num_players = self._players(num_players)
+        if not 0 <= seat < self.num_players:
+            raise ValueError(f"seat {seat} is not one of the game's {self.num_players} seats")
+
+    def _players(self, asked: int | None) -> int:
+        """The player count: `asked`, else the first of PLAYER_COUNTS the game takes. TextArena declares a game's
+        count nowhere but in its state's assertion at reset (`SinglePlayerState` asserts 1, `TwoPlayerState` 2)."""
+        errors = []
+        for n in (asked,) if asked is not None else PLAYER_COUNTS:
+            try:
+                self.game.reset(num_players=n, seed=0)
+                return n
+            except AssertionError as e:  # TextArena's states assert their player count
+                errors.append(f"{n}: {e}")
+        tried = f"{asked} players" if asked is not None else f"{', '.join(map(str, PLAYER_COUNTS))} players"
+        raise ValueError(f"textarena:{self.env_id} does not take {tried} ({'; '.join(errors)}): pass env_args "
+                         "num_players=N")
 
     def env_args(self) -> dict[str, Any]:
         return {"num_players": self.num_players, "seat": self.seat, **self.rebuild, **self.kwargs}
