@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,7 @@ from gymnasium.utils import seeding
 
 from sleuth.envs.base import TextSpace
 from sleuth.envs.env_server import MAX_ACTION_CHARS
+from sleuth.envs.sessions import SESSION_WAIT_S, SessionGate, SessionsBusy, open_session
 from sleuth.net import RetriesExhausted, asend_with_retries, send_with_retries
 
 _next_server = itertools.count()
@@ -34,7 +36,9 @@ _lock = threading.Lock()
 
 
 class RemoteEnvError(RuntimeError):
-    pass
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status  # the server's HTTP answer, where it gave one
 
 
 def _pick_url(url: str, cls: str) -> str:
@@ -69,8 +73,12 @@ def _answer(url: str, path: str, resp: httpx.Response) -> dict[str, Any]:
             detail = resp.json().get("detail")
         except ValueError:
             detail = resp.text[:300]
-        raise RemoteEnvError(f"env server {url}{path} answered {resp.status_code}: {detail}")
+        raise RemoteEnvError(f"env server {url}{path} answered {resp.status_code}: {detail}", resp.status_code)
     return resp.json()
+
+
+def _at_capacity(error: Exception) -> bool:
+    return isinstance(error, RemoteEnvError) and error.status == 429
 
 
 class RemoteEnv(gymnasium.Env):
@@ -85,6 +93,7 @@ class RemoteEnv(gymnasium.Env):
         self._http = httpx.Client(base_url=self.url, timeout=timeout)
         self.session_id: str | None = None
         self._seq = 0  # the number of the last step sent in this session
+        self.gate, self.abandoned = SessionGate.of(self.url), threading.Event()
         self.observation_space = TextSpace(max_length=1 << 20)
         self.action_space = TextSpace(max_length=MAX_ACTION_CHARS)  # what the server takes: a longer one is a 422
 
@@ -98,9 +107,23 @@ class RemoteEnv(gymnasium.Env):
 
     def open(self) -> None:
         """Build the env on the server (a session) now, so that bad env arguments are said before any episode;
-        a reset does it otherwise."""
+        a reset does it otherwise. A server at its session limit (429) is waited for (`envs.sessions`)."""
         if self.session_id is None:
-            self.session_id = self._call("POST", "/sessions", {"kwargs": self.env_kwargs})["session_id"]
+            try:
+                self.session_id = open_session(
+                    self.gate, lambda: self._call("POST", "/sessions", {"kwargs": self.env_kwargs})["session_id"],
+                    _at_capacity, time.monotonic() + SESSION_WAIT_S, self.abandoned)
+            except SessionsBusy as e:
+                raise RemoteEnvError(str(e), 429) from None
+
+    def _end_session(self) -> None:
+        if self.session_id is not None:
+            try:
+                self._http.delete(f"/sessions/{self.session_id}")
+            except httpx.HTTPError:
+                pass  # the server may be gone; its reaper closes the session
+            self.session_id = None
+            self.gate.release()
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
@@ -114,15 +137,13 @@ class RemoteEnv(gymnasium.Env):
             raise RuntimeError("call reset() before step()")
         self._seq += 1
         out = self._call("POST", f"/sessions/{self.session_id}/step", {"action": action, "seq": self._seq})
+        if (out["terminated"] or out["truncated"]) and self.gate.waiting:  # others wait for a session: free ours
+            self._end_session()
         return out["observation"], out["reward"], out["terminated"], out["truncated"], out["info"]
 
     def close(self) -> None:
-        if self.session_id is not None:
-            try:
-                self._http.delete(f"/sessions/{self.session_id}")
-            except httpx.HTTPError:
-                pass  # the server may be gone; its reaper closes the session
-            self.session_id = None
+        self.abandoned.set()
+        self._end_session()
         self._http.close()
 
 

@@ -12,7 +12,7 @@ from sleuth.agents.loop import run_episodes
 from sleuth.agents.policies import load_policy
 from sleuth.envs.env_server import create_app
 from sleuth.envs.remote import RemoteEnv, RemoteEnvError
-from sleuth.net import free_port, in_thread, subprocess_server
+from sleuth.net import free_port, in_thread, retry_counts, subprocess_server
 
 
 def test_sessions_limits_and_errors(hotpot_tasks):
@@ -191,3 +191,16 @@ def test_every_server_refuses_a_chunked_body_over_its_limit_without_reading_it_w
                            timeout=60)
             assert r.status_code == 413 and "request body over" in r.json()["detail"]
             assert httpx.get(f"{url}/health").status_code == 200  # still serving
+
+
+def test_episodes_wait_for_a_free_session_on_a_server_at_its_limit(hotpot_tasks):
+    """`sleuth serve env --max-sessions 2` and six episodes at once: the server's 429s are waited out (an env
+    between episodes gives its session up while others wait), none fails, and the refusals are counted."""
+    before = retry_counts()["env_session"]
+    with in_thread(create_app("sleuth/DocRead-v0", max_sessions=2)) as url:
+        with pytest.warns(UserWarning, match="refused a session while this process held 2"):
+            trajs = list(run_episodes(lambda: RemoteEnv(url, backoff_s=0.05), hotpot_tasks[:6], load_policy("oracle"),
+                                      concurrency=6, episode_timeout_s=120))
+        assert len(trajs) == 6 and not [t.error for t in trajs if t.failed] and all(t.reward == 1.0 for t in trajs)
+        assert retry_counts()["env_session"] > before
+        assert httpx.get(f"{url}/health").json()["sessions"] == 0  # every env closed: nothing left open

@@ -34,8 +34,8 @@ from typing import Any
 import httpx
 
 from sleuth.envs.families.base import EnvFailure, Move, TextGameEnv, require
-from sleuth.envs.families.sessions import SESSION_WAIT_S, SessionGate, SessionsBusy, open_session
 from sleuth.envs.harness import Harness
+from sleuth.envs.sessions import SESSION_WAIT_S, SessionGate, SessionsBusy, open_session
 from sleuth.envs.tools import Tool
 from sleuth.net import in_thread
 from sleuth.registry import import_target
