@@ -17,7 +17,7 @@ ALLOWED = {
     "cli": None, "cli_args": None, "cli_eval": None, "cli_train": None, "cli_serve": None, "cli_doctor": None,
     "cli_examples": None,
     "__init__": {"envs", "tasks", "verifiers"},
-    "training": {"rewards", "agents", "envs", "tasks", "verifiers", "net", "registry", "rundir"},
+    "training": {"rewards", "agents", "envs", "tasks", "verifiers", "net", "registry", "rundir", "interrupts"},
     "rewards": {"agents", "envs", "tasks", "verifiers", "registry"},
     "agents": {"envs", "tasks", "verifiers", "net", "registry", "rundir"},
     "synth": {"tasks", "sandbox", "verifiers", "registry"},
@@ -27,6 +27,7 @@ ALLOWED = {
     "sandbox": set(),
     "net": set(),
     "rundir": set(),
+    "interrupts": set(),
     "registry": set(),
 }
 FOLDERS = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
