@@ -103,7 +103,7 @@ def test_retries_are_bounded_and_the_last_answer_or_failure_comes_back():
 
 def test_retry_counts_names_every_kind():
     counts = retry_counts()
-    assert set(counts) == {"env", "rollout", "verifier", "retrieval", "teacher"}
+    assert set(counts) == {"env", "rollout", "verifier", "retrieval", "teacher", "env_session"}
     assert all(v >= 0 for v in counts.values())
 
 
@@ -254,7 +254,7 @@ def test_remote_env_draws_from_tasks_as_the_local_envs_do(hotpot_tasks):
         # unclosed socket while the checker runs, not the checker's
         assert not [w for w in caught if not issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]
         remote.close()
-        with pytest.raises(ValueError, match="tasks=\\[...\\]"):
+        with pytest.raises(RemoteEnvError, match="answered 422: .*tasks=\\[...\\]"):  # the server's env says why
             sleuth.make("Remote-v0", url=url).reset()
 
 
