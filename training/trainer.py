@@ -15,6 +15,7 @@ the count at the end of the run."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import warnings
@@ -204,6 +205,7 @@ class Trainer:
         t2 = time.perf_counter()
         t1 = t2 - got.reward_s
         advantages = got.advantages
+        self._write_credit(step, seen, kept, advantages)
         teacher = self.teacher.score(kept, self.tasks_by_id) if self.teacher is not None else None
         t_teacher = time.perf_counter() - t2
         upd = self.updater.update(kept, advantages, teacher)
@@ -302,6 +304,24 @@ class Trainer:
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"step-{step:06d}.rank{self.rank}.jsonl"
         path.write_text("".join(t.to_json() + "\n" for t in trajs), encoding="utf-8")
+
+    def _write_credit(self, step: int, seen: Sequence[Trajectory], kept: Sequence[Trajectory],
+                      advantages: Sequence[np.ndarray]) -> None:
+        """The credit sidecar of the step's rollouts file, so the viewer shows the advantages the loss used:
+        one line per kept trajectory, `line` its line in the rollouts file, `adv` one value per action token
+        (turns' action ids concatenated, the loss mask's order); gear_mix's (tokens, K) granularities are
+        written as `adv_k` rows, with `adv` their mean (the mixed value exists only inside the update)."""
+        line = {id(t): k for k, t in enumerate(seen)}
+        rows = []
+        for t, a in zip(kept, advantages, strict=True):
+            a = np.asarray(a, dtype=np.float64)
+            row: dict[str, Any] = {"task_id": t.task_id, "group": t.group, "line": line.get(id(t))}
+            row["adv"] = (a if a.ndim == 1 else a.mean(axis=1)).tolist()
+            if a.ndim > 1:
+                row["adv_k"] = a.tolist()
+            rows.append(json.dumps(row) + "\n")
+        path = self.out / "rollouts" / f"step-{step:06d}.rank{self.rank}.credit.jsonl"
+        path.write_text("".join(rows), encoding="utf-8")
 
     def _sync(self) -> dict[str, float]:
         """The verified weight sync; under a rollout stream it first waits for the generate calls in flight
