@@ -17,6 +17,7 @@ from sleuth.cli_eval import add_eval_parser
 from sleuth.cli_examples import add_examples, subcommands
 from sleuth.cli_serve import add_serve_parsers
 from sleuth.cli_train import add_training_parsers
+from sleuth.cli_view import add_view_parser
 from sleuth.interrupts import ON_SIGNAL, exit_code, sigterm_as_interrupt
 
 
@@ -212,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("envs", help="list registered environments").set_defaults(fn=cmd_envs)
     add_eval_parser(sub)
+    add_view_parser(sub)
     c = sub.add_parser("compare", help="two eval runs side by side, with paired-bootstrap confidence intervals")
     c.add_argument("run_a")
     c.add_argument("run_b")
