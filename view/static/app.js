@@ -26,6 +26,8 @@
     return el;
   }
   S.h = h;
+  // replace an element's children, skipping null/false (replaceChildren would write them as text)
+  S.fill = (el, ...kids) => el.replaceChildren(...kids.flat(Infinity).filter((k) => k != null && k !== false).map((k) => (k instanceof Node ? k : String(k))));
   const enc = encodeURIComponent;
   S.enc = enc;
   const isNum = (v) => typeof v === 'number' && Number.isFinite(v);
@@ -116,12 +118,14 @@
     }[filter];
     return keep ? { ...all, rows: all.rows.filter(keep) } : all;
   }
+  // an error answer is {"error": "..."} alone (an episode's own "error" field is data, not an error answer)
+  const isErrorBody = (v) => !!v && typeof v === 'object' && !Array.isArray(v) && typeof v.error === 'string' && Object.keys(v).length === 1;
   async function getJSON(path) {
     const data = window.SLEUTH_DATA;
     if (data) {
       if (Object.prototype.hasOwnProperty.call(data, path)) {
         const v = data[path];
-        if (v && typeof v === 'object' && typeof v.error === 'string') throw new Error(v.error);
+        if (isErrorBody(v)) throw new Error(v.error);
         return v;
       }
       let m = path.match(/^(\/api\/run\/[^/?]+\/episodes)\?(.*)$/);
@@ -138,8 +142,8 @@
     try { body = parseJSON(text); } catch (e) {
       throw new Error(`${res.status} ${res.statusText} from ${path}: the answer is not JSON (${text.slice(0, 120)})`);
     }
-    if (body && typeof body === 'object' && !Array.isArray(body) && typeof body.error === 'string') throw new Error(body.error);
-    if (!res.ok) throw new Error(`${res.status} ${res.statusText} from ${path}`);
+    if (!res.ok) throw new Error(body && typeof body.error === 'string' ? body.error : `${res.status} ${res.statusText} from ${path}`);
+    if (isErrorBody(body)) throw new Error(body.error);
     return body;
   }
   S.getJSON = getJSON;
@@ -218,7 +222,7 @@
       const b = parts[0] === 'compare' ? parts[2] : (runs.find((x) => x.id !== a) || runs[1]).id;
       links.push(h('a', { href: `#/compare/${enc(a)}/${enc(b)}`, class: parts[0] === 'compare' ? 'cur' : null }, 'compare'));
     }
-    el.replaceChildren(...links);
+    S.fill(el, ...links);
   }
 
   async function route() {
@@ -228,7 +232,7 @@
     setLive(false);
     const { parts, params } = parseHash();
     const box = main();
-    box.replaceChildren(h('p', { class: 'muted' }, 'loading…'));
+    S.fill(box, h('p', { class: 'muted' }, 'loading…'));
     nav(parts);
     const ctx = { alive: () => mine === gen, params, parts, box };
     let view = null, args = [];
@@ -242,7 +246,7 @@
       if (!view) throw new Error(`no such page: ${location.hash} (try #/ for the runs)`);
       await view(ctx, ...args);
     } catch (e) {
-      if (ctx.alive()) box.replaceChildren(errorBox(e && e.message ? e.message : String(e)), h('p', null, h('a', { href: '#/' }, 'back to the runs')));
+      if (ctx.alive()) S.fill(box, errorBox(e && e.message ? e.message : String(e)), h('p', null, h('a', { href: '#/' }, 'back to the runs')));
     }
     if (ctx.alive()) document.title = `sleuth view · ${location.hash.replace(/^#\/?/, '') || 'runs'}`;
   }
@@ -267,7 +271,7 @@
     const runs = await S.runs();
     if (!ctx.alive()) return;
     if (runs.length === 1) { location.replace(`#/run/${enc(runs[0].id)}`); return; }
-    ctx.box.replaceChildren(h('h1', null, 'Runs'),
+    S.fill(ctx.box, h('h1', null, 'Runs'),
       runs.length ? h('table', null,
         h('thead', null, h('tr', null, ['id', 'name', 'kind', 'path', ''].map((c) => h('th', null, c)))),
         h('tbody', null, runs.map((x) => h('tr', null,

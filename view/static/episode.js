@@ -97,19 +97,21 @@
   function readRow(read) {
     if (!read || typeof read !== 'object') return null;
     const gold = isGold(read);
-    return h('div', { class: `read${gold ? ' gold' : ''}` }, h('b', null, 'read '), gold ? h('span', { class: 'badge gold' }, 'gold') : h('span', { class: 'badge' }, 'not gold'), ' ', kvTable(read));
+    return h('div', { class: `read${gold ? ' gold' : ''}` }, h('b', null, 'read '),
+      gold ? h('span', { class: 'badge gold' }, 'gold') : h('span', { class: 'badge' }, 'not gold'),
+      S.flatten(read, '', []).map(([k, v]) => h('span', { class: 'kvi' }, h('span', { class: 'muted' }, `${k} `), show(v))));
   }
   function turnBlock(turn, k, quantities, opts) {
     const action = actionTokens(turn.action || [], quantities);
     const obsText = (turn.observation && turn.observation.length) ? joined(turn.observation) : (turn.observation_text || '');
     const obs = obsText ? (opts.compact
       ? h('details', null, h('summary', null, `observation (${obsText.length} chars)`), h('pre', { class: 'toks obs' }, obsText))
-      : h('div', null, h('div', { class: 'mh' }, h('b', null, 'observation'), `${(turn.observation || []).length} tokens`), h('pre', { class: 'toks obs' }, obsText))) : null;
+      : h('div', null, h('div', { class: 'mh' }, h('b', null, 'observation'), h('span', null, `${(turn.observation || []).length} tokens`)), h('pre', { class: 'toks obs' }, obsText))) : null;
     const block = h('div', { class: `msg turn${opts.diverged ? ' diverged' : ''}`, id: `turn-${k}` },
-      h('div', { class: 'mh' }, h('b', null, `turn ${k}`), `action ${(turn.action || []).length} tokens`,
+      h('div', { class: 'mh' }, h('b', null, `turn ${k}`), h('span', null, `action ${(turn.action || []).length} tokens`),
         isNum(turn.reward) ? h('span', null, 'reward ', h('b', null, fmt(turn.reward))) : null,
-        turn.finish_reason ? `finish ${turn.finish_reason}` : null,
-        turn.policy_version != null ? `policy v${turn.policy_version}` : null,
+        turn.finish_reason ? h('span', null, `finish ${turn.finish_reason}`) : null,
+        turn.policy_version != null ? h('span', null, `policy v${turn.policy_version}`) : null,
         opts.diverged ? h('span', { class: 'badge gold' }, 'members diverge here') : null),
       action, callRow(turn), readRow(turn.read), obs);
     block.action = action;
@@ -117,13 +119,12 @@
   }
   function verdictView(v) {
     if (!v) return [h('p', { class: 'muted' }, 'no verdict recorded')];
-    const flat = {}, lists = [];
+    const flat = { score: v.score }, lists = [];
     for (const [k, x] of Object.entries(v.details || {})) {
       if (Array.isArray(x) && x.length && x.every((e) => e && typeof e === 'object')) lists.push(h('h3', null, k), recordsTable(x));
       else flat[k] = x;
     }
-    return [h('table', { class: 'kv' }, h('tbody', null, h('tr', null, h('th', null, 'score'), h('td', { class: 'num' }, h('b', null, show(v.score)))))),
-      kvTable(flat), ...lists];
+    return [kvTable(flat), ...lists];
   }
 
   // ---- episode page ----------------------------------------------------------------------------------------
@@ -141,7 +142,7 @@
       for (const t of turns) for (const tok of t.action || []) all.push(tok[q]);
       const scale = q === 'none' ? null : makeScale(q, all);
       blocks.forEach((b) => b.action.colour(q, scale));
-      legendBox.replaceChildren(legend(q, scale));
+      S.fill(legendBox, legend(q, scale));
     };
     const epHash = (j) => S.hashOf(`/run/${enc(r)}/episode/${enc(j)}`, { color: q });
     const nb = ep.neighbours || {};
@@ -157,7 +158,7 @@
     const runName = await S.runName(r);
     if (!ctx.alive()) return;
     const prompt = ep.prompt || [];
-    ctx.box.replaceChildren(
+    S.fill(ctx.box, 
       h('div', { class: 'ep-head' },
         h('h1', null, `Episode ${ep.i} · `, h('span', { class: 'mono' }, show(ep.task_id))),
         ep.failed ? h('span', { class: 'badge bad' }, 'failed') : h('span', { class: 'badge ok' }, 'ok'),
@@ -171,7 +172,7 @@
         h('span', { class: 'muted small' }, 'hover a token for its id and values')),
       h('div', { class: 'cols' },
         h('section', { style: { flex: '3' } },
-          h('div', { class: 'msg' }, h('div', { class: 'mh' }, h('b', null, 'prompt'), `${prompt.length} tokens (the messages as the model saw them)`),
+          h('div', { class: 'msg' }, h('div', { class: 'mh' }, h('b', null, 'prompt'), h('span', null, `${prompt.length} tokens (the messages as the model saw them)`)),
             h('pre', { class: 'toks prompt' }, joined(prompt) || '(no prompt tokens recorded)')),
           blocks.length ? blocks : h('p', { class: 'muted' }, 'no turns recorded')),
         h('section', { style: { flex: '1', maxWidth: '420px' } }, h('h2', null, 'Verdict'), ...verdictView(ep.verdict),
@@ -214,14 +215,14 @@
       for (const b of blocks) for (const s of b.action.querySelectorAll('span.t')) all.push(s._tok[q]);
       const scale = q === 'none' ? null : makeScale(q, all);
       blocks.forEach((b) => b.action.colour(q, scale));
-      legendBox.replaceChildren(legend(q, scale));
+      S.fill(legendBox, legend(q, scale));
     };
     const sel = h('select', { 'aria-label': 'colour tokens by', onchange: (ev) => {
       q = ev.target.value;
       S.setHash(S.hashOf(`/run/${enc(r)}/group/${enc(g)}`, { step, color: q }), false);
       colour();
     } }, ['none', ...quantities].map((x) => h('option', { value: x, selected: x === q }, x === 'none' ? 'no colour' : x)));
-    ctx.box.replaceChildren(
+    S.fill(ctx.box, 
       h('div', { class: 'ep-head' }, h('h1', null, 'Group ', h('span', { class: 'mono' }, show(d.group))),
         d.step != null ? h('span', null, `step ${d.step}`) : null, h('span', null, `${members.length} members`),
         h('span', null, d.diverged_at != null ? `actions first differ at turn ${d.diverged_at}` : 'the members\' actions never differ'),

@@ -105,7 +105,7 @@
     const summaryBox = h('section'), metaBox = h('section');
     const pickBox = h('div'), chartsBox = h('div', { class: 'charts' });
     const stageBox = h('div'), reportBox = h('div');
-    ctx.box.replaceChildren(head,
+    S.fill(ctx.box, head,
       h('div', { class: 'cols' }, h('section', null, h('h2', null, 'Summary'), summaryBox), h('section', null, h('h2', null, 'What ran'), metaBox)),
       h('h2', null, 'Training curves'), pickBox, chartsBox,
       h('h2', null, 'Stage times'), stageBox,
@@ -131,14 +131,14 @@
         }
         return window.SleuthChart.lineChart({ title: m, series, xLabel: 'step' });
       });
-      chartsBox.replaceChildren(...(charts.length ? charts : [h('p', { class: 'muted' }, names.length ? 'pick metrics above' : 'no metrics.jsonl in this run')]));
+      S.fill(chartsBox, ...(charts.length ? charts : [h('p', { class: 'muted' }, names.length ? 'pick metrics above' : 'no metrics.jsonl in this run')]));
     }
     let pickedNames = null;
     function drawPicker() {
       const names = run.metric_names || [];
       if (pickedNames === names.join('\n')) return;
       pickedNames = names.join('\n');
-      if (!names.length) { pickBox.replaceChildren(); return; }
+      if (!names.length) { S.fill(pickBox, ); return; }
       const sel = new Set(chosen || defaultMetrics(names));
       const boxes = names.map((m) => h('label', { title: m }, h('input', {
         type: 'checkbox', value: m, checked: sel.has(m),
@@ -147,19 +147,19 @@
       const list = h('div', { class: 'metric-pick' }, boxes);
       const applyFilter = () => { const q = filterText.toLowerCase(); boxes.forEach((l) => { l.hidden = !!q && !l.title.toLowerCase().includes(q); }); };
       applyFilter();
-      pickBox.replaceChildren(h('div', { class: 'toolbar' },
+      S.fill(pickBox, h('div', { class: 'toolbar' },
         h('input', { type: 'search', placeholder: 'filter metrics', value: filterText, oninput: (ev) => { filterText = ev.target.value; applyFilter(); } }),
         h('button', { type: 'button', onclick: () => { chosen = []; boxes.forEach((l) => { l.firstChild.checked = false; }); saveHash(); drawCharts(); } }, 'none'),
         runs.length > 1 ? h('label', null, h('input', { type: 'checkbox', checked: overlay, onchange: (ev) => { overlay = ev.target.checked; saveHash(); drawCharts(); } }), ' overlay the other runs that have the metric') : null,
         h('span', { class: 'muted small' }, `${names.length} metrics, ${(run.metrics || []).length} rows`)), list);
     }
     function paint() {
-      head.replaceChildren(h('h1', null, run.name), h('span', { class: 'badge kind' }, run.kind), h('span', { class: 'mono muted small' }, run.path),
+      S.fill(head, h('h1', null, run.name), h('span', { class: 'badge kind' }, run.kind), h('span', { class: 'mono muted small' }, run.path),
         h('a', { href: `#/run/${enc(r)}/episodes` }, `${fmt(run.episodes || 0)} episodes →`));
-      summaryBox.replaceChildren(...summaryView(run.summary));
-      metaBox.replaceChildren(kvTable(run.meta || {}));
-      stageBox.replaceChildren(run.stage_times ? recordsTable(run.stage_times) : h('p', { class: 'muted' }, 'no stage times recorded'));
-      reportBox.replaceChildren(...reportsView(r, run.reports));
+      S.fill(summaryBox, ...summaryView(run.summary));
+      S.fill(metaBox, kvTable(run.meta || {}));
+      S.fill(stageBox, run.stage_times ? recordsTable(run.stage_times) : h('p', { class: 'muted' }, 'no stage times recorded'));
+      S.fill(reportBox, ...reportsView(r, run.reports));
       drawPicker();
       return drawCharts();
     }
@@ -169,10 +169,10 @@
       if (!ctx.alive()) return;
       run = fresh;
       // the picker, summary and charts change in place; report images are not reloaded
-      head.replaceChildren(h('h1', null, run.name), h('span', { class: 'badge kind' }, run.kind), h('span', { class: 'mono muted small' }, run.path),
+      S.fill(head, h('h1', null, run.name), h('span', { class: 'badge kind' }, run.kind), h('span', { class: 'mono muted small' }, run.path),
         h('a', { href: `#/run/${enc(r)}/episodes` }, `${fmt(run.episodes || 0)} episodes →`));
-      summaryBox.replaceChildren(...summaryView(run.summary));
-      stageBox.replaceChildren(run.stage_times ? recordsTable(run.stage_times) : h('p', { class: 'muted' }, 'no stage times recorded'));
+      S.fill(summaryBox, ...summaryView(run.summary));
+      S.fill(stageBox, run.stage_times ? recordsTable(run.stage_times) : h('p', { class: 'muted' }, 'no stage times recorded'));
       drawPicker();
       await drawCharts();
       if (!run.live) S.setLive(false);
@@ -211,7 +211,7 @@
     const prev = h('button', { type: 'button', onclick: () => change({ offset: Math.max(0, st.offset - PAGE) }, true, true) }, '← prev');
     const next = h('button', { type: 'button', onclick: () => change({ offset: st.offset + PAGE }, true, true) }, 'next →');
     const thead = h('thead'), tbody = h('tbody'), msg = h('div');
-    ctx.box.replaceChildren(title, h('div', { class: 'toolbar' }, search, statusSel, stopSel, prev, next, count), msg,
+    S.fill(ctx.box, title, h('div', { class: 'toolbar' }, search, statusSel, stopSel, prev, next, count), msg,
       h('div', { class: 'scroll' }, h('table', { class: 'wide episodes' }, thead, tbody)));
 
     function change(delta, push = true, keepOffset = false) {
@@ -236,19 +236,19 @@
       const path = `/api/run/${enc(r)}/episodes?offset=${st.offset}&limit=${PAGE}&q=${enc(st.q)}&sort=${enc(st.sort)}&status=${enc(st.status)}&stop=${enc(st.stop)}`;
       let d;
       try { d = await getJSON(path); } catch (e) {
-        if (mine === seq && ctx.alive()) { msg.replaceChildren(S.errorBox(e.message)); tbody.replaceChildren(); }
+        if (mine === seq && ctx.alive()) { S.fill(msg, S.errorBox(e.message)); S.fill(tbody, ); }
         return;
       }
       if (mine !== seq || !ctx.alive()) return;
-      msg.replaceChildren();
+      S.fill(msg, );
       const rows = d.rows || [];
       const cols = COLS.filter((c) => !c.opt || rows.some((x) => c.get(x) != null));
-      thead.replaceChildren(h('tr', null, cols.map((c) => {
+      S.fill(thead, h('tr', null, cols.map((c) => {
         const sorted = c.sort && (st.sort === c.sort || st.sort === `-${c.sort}`);
         return h('th', { class: [c.num ? 'num' : '', c.sort ? 'sortable' : '', sorted ? 'sorted' : '', sorted && !st.sort.startsWith('-') ? 'asc' : ''].join(' ').trim(),
           title: c.sort ? 'sort' : null, onclick: c.sort ? () => sortBy(c.sort) : null }, c.label);
       })));
-      tbody.replaceChildren(...rows.map((x) => {
+      S.fill(tbody, ...rows.map((x) => {
         const href = `#/run/${enc(r)}/episode/${enc(x.i)}`;
         return h('tr', { class: `click${x.failed ? ' failed' : ''}`, onclick: (ev) => { if (!ev.target.closest('a')) location.hash = href; } },
           cols.map((c) => {
@@ -266,14 +266,14 @@
       next.disabled = st.offset + PAGE >= total;
       const reasons = d.stop_reasons || {};
       const keep = stopSel.value;
-      stopSel.replaceChildren(h('option', { value: '' }, 'any stop reason'),
+      S.fill(stopSel, h('option', { value: '' }, 'any stop reason'),
         Object.entries(reasons).map(([k, n]) => h('option', { value: k, selected: k === keep }, `${k} (${n})`)));
       if (keep && !(keep in reasons)) stopSel.append(h('option', { value: keep, selected: true }, keep));
     }
     await load();
     const run = await runP;
     if (!ctx.alive() || !run) return;
-    title.replaceChildren('Episodes · ', h('a', { href: `#/run/${enc(r)}` }, run.name));
+    S.fill(title, 'Episodes · ', h('a', { href: `#/run/${enc(r)}` }, run.name));
     S.setLive(!!run.live, load);
   };
 
@@ -300,7 +300,7 @@
       cell(a, x.a), cell(b, x.b),
       h('td', { class: `num ${isNum(x.delta) ? (x.delta > 0 ? 'pos' : x.delta < 0 ? 'neg' : '') : ''}` }, isNum(x.delta) ? (x.delta > 0 ? '+' : '') + fmt(x.delta) : '–')));
     const tbody = h('tbody', null, body(LIMIT));
-    ctx.box.replaceChildren(
+    S.fill(ctx.box, 
       h('h1', null, 'Compare ', h('span', { style: { color: S.runColor(a) } }, `A: ${d.a}`), ' vs ', h('span', { style: { color: S.runColor(b) } }, `B: ${d.b}`)),
       h('div', { class: 'toolbar' }, 'A', pick('a', a), 'B', pick('b', b)),
       h('div', { class: 'toolbar filters' }, filters.map(([f, label, n]) =>
@@ -309,7 +309,7 @@
       h('table', { class: 'compare' },
         h('thead', null, h('tr', null, h('th', null, 'task'), h('th', { class: 'num' }, `A: ${d.a}`), h('th', { class: 'num' }, `B: ${d.b}`), h('th', { class: 'num' }, 'Δ (B − A)'))),
         tbody),
-      rows.length > LIMIT ? h('button', { type: 'button', onclick: (ev) => { tbody.replaceChildren(...body(rows.length)); ev.target.remove(); } }, `show all ${rows.length} rows`) : null,
+      rows.length > LIMIT ? h('button', { type: 'button', onclick: (ev) => { S.fill(tbody, ...body(rows.length)); ev.target.remove(); } }, `show all ${rows.length} rows`) : null,
       rows.length ? null : h('p', { class: 'muted' }, 'no task matches this filter'));
   };
 })();
