@@ -100,6 +100,8 @@ class Run:
 
     def update(self, need: int = 0) -> None:
         """Index until at least `need` records are known or the files end; with `need` 0, one bounded slice."""
+        if 0 < need <= len(self.index):
+            return
         with self.scan_lock:
             self.discover()
             if need <= 0:

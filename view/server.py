@@ -35,6 +35,7 @@ class Indexer(threading.Thread):
                 before = len(r.index), r.index.torn
                 r.update()
                 busy = busy or (len(r.index), r.index.torn) != before or not r.complete()
+                time.sleep(0.001)  # a request waiting for the scan lock takes it now
             if not busy:
                 self.stopped.wait(self.idle_s)
 
