@@ -110,21 +110,27 @@
     const limit = parseInt(p.get('limit') || '50', 10) || 50;
     return { total: rows.length, offset, limit, rows: rows.slice(offset, offset + limit), stop_reasons: all.stop_reasons || {} };
   }
+  // the server's category of a compare row (view/episode.py compare), for filtering a static export's "all" rows
+  function compareCategory(r) {
+    const a = r.a, b = r.b;
+    if (!a || !b) return a ? 'only_a' : 'only_b';
+    if (a.failed && b.failed) return 'both_failed';
+    if (isNum(r.delta)) return r.delta > 0 ? 'better' : r.delta < 0 ? 'worse' : 'same';
+    return b.score != null ? 'better' : a.score != null ? 'worse' : 'same';
+  }
   function localCompare(all, filter) {
-    const keep = {
-      better: (r) => isNum(r.delta) && r.delta > 0,
-      worse: (r) => isNum(r.delta) && r.delta < 0,
-      both_failed: (r) => r.a && r.b && (r.a.failed || !r.a.score) && (r.b.failed || !r.b.score),
-    }[filter];
-    return keep ? { ...all, rows: all.rows.filter(keep) } : all;
+    return filter === 'all' ? all : { ...all, rows: (all.rows || []).filter((r) => compareCategory(r) === filter) };
   }
   // an error answer is {"error": "..."} alone (an episode's own "error" field is data, not an error answer)
   const isErrorBody = (v) => !!v && typeof v === 'object' && !Array.isArray(v) && typeof v.error === 'string' && Object.keys(v).length === 1;
   async function getJSON(path) {
     const data = window.SLEUTH_DATA;
     if (data) {
-      if (Object.prototype.hasOwnProperty.call(data, path)) {
-        const v = data[path];
+      // the export quotes names with Python's quote(safe=''), which also escapes !'()*
+      const alt = path.replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+      const key = Object.prototype.hasOwnProperty.call(data, path) ? path : Object.prototype.hasOwnProperty.call(data, alt) ? alt : null;
+      if (key !== null) {
+        const v = data[key];
         if (isErrorBody(v)) throw new Error(v.error);
         return v;
       }
@@ -151,6 +157,12 @@
 
   let runsPromise = null;
   S.runs = () => (runsPromise = runsPromise || getJSON('/api/runs').then((d) => d.runs || []).catch((e) => { runsPromise = null; throw e; }));
+  // a run id the server does not know is answered here (no 404 in the console)
+  S.checkRun = async (r) => {
+    let runs;
+    try { runs = await S.runs(); } catch (e) { return; }   // the view's own request shows the error
+    if (!runs.some((x) => x.id === String(r))) throw new Error(`no run ${JSON.stringify(String(r))} (runs: ${runs.map((x) => x.id).join(', ') || 'none'})`);
+  };
   S.runName = async (r) => { try { const x = (await S.runs()).find((z) => z.id === String(r)); return x ? x.name : `run ${r}`; } catch (e) { return `run ${r}`; } };
 
   // ---- routing -----------------------------------------------------------------------------------------
@@ -171,7 +183,7 @@
   S.parseHash = parseHash;
   function hashOf(path, params) {
     const qs = [];
-    for (const [k, v] of Object.entries(params || {})) if (v != null && v !== '') qs.push(`${k}=${enc(v)}`);
+    for (const [k, v] of Object.entries(params || {})) if (v != null && v !== '') qs.push(`${k}=${enc(v).replace(/%2F/g, '/').replace(/%2C/g, ',')}`);
     return `#${path}${qs.length ? '?' + qs.join('&') : ''}`;
   }
   S.hashOf = hashOf;
@@ -244,6 +256,9 @@
     else if (parts[0] === 'compare' && parts.length === 3) { view = S.views.compare; args = [parts[1], parts[2]]; }
     try {
       if (!view) throw new Error(`no such page: ${location.hash} (try #/ for the runs)`);
+      if (parts[0] === 'run') await S.checkRun(parts[1]);
+      else if (parts[0] === 'compare') { await S.checkRun(parts[1]); await S.checkRun(parts[2]); }
+      if (!ctx.alive()) return;
       await view(ctx, ...args);
     } catch (e) {
       if (ctx.alive()) S.fill(box, errorBox(e && e.message ? e.message : String(e)), h('p', null, h('a', { href: '#/' }, 'back to the runs')));

@@ -15,10 +15,9 @@
     let lo = Infinity, hi = -Infinity;
     for (const v of values) if (isNum(v)) { if (v < lo) lo = v; if (v > hi) hi = v; }
     if (lo === Infinity) return null;
-    if (q === 'logprob') {                       // sequential: 0 (certain) is white, unlikely tokens are orange
-      const floor = Math.min(-1e-6, Math.max(lo, -10));
-      return { color: (v) => (isNum(v) ? rgba(ORANGE, 0.85 * Math.min(1, v / floor)) : ''),
-        legend: [fmt(floor), `linear-gradient(to right, ${rgba(ORANGE, 0.85)}, ${rgba(ORANGE, 0)})`, '0'] };
+    if (q === 'logprob') {                       // by the chance the sampler did not take it: 1 - exp(logprob)
+      return { color: (v) => (isNum(v) ? rgba(ORANGE, 0.85 * Math.min(1, Math.max(0, 1 - Math.exp(v)))) : ''),
+        legend: ['p 0', `linear-gradient(to right, ${rgba(ORANGE, 0.85)}, ${rgba(ORANGE, 0)})`, 'p 1'] };
     }
     if (lo < 0 && hi > 0 || q === 'adv') {      // diverging around 0: negative red, positive blue
       const m = Math.max(Math.abs(lo), Math.abs(hi)) || 1;

@@ -196,7 +196,9 @@
 
   S.views.episodes = async (ctx, r) => {
     const p = ctx.params;
-    const st = { q: p.get('q') || '', sort: p.get('sort') || 'index', status: p.get('status') || 'all', stop: p.get('stop') || '',
+    const SORTS = ['index', 'score', '-score', 'turns', '-turns', 'tokens', '-tokens', 'task'];
+    const st = { q: p.get('q') || '', sort: SORTS.includes(p.get('sort')) ? p.get('sort') : 'index',
+      status: ['ok', 'failed'].includes(p.get('status')) ? p.get('status') : 'all', stop: p.get('stop') || '',
       offset: Math.max(0, parseInt(p.get('offset') || '0', 10) || 0) };
     const runP = getJSON(`/api/run/${enc(r)}`).catch(() => null);
     const title = h('h1', null, 'Episodes');
@@ -222,13 +224,9 @@
       load();
     }
     function sortBy(key) {
-      const numeric = !['index', 'task'].includes(key);
-      const cur = st.sort;
-      let s;
-      if (cur === key) s = `-${key}`;
-      else if (cur === `-${key}`) s = key;
-      else s = numeric ? `-${key}` : key;
-      change({ sort: s });
+      // index and task sort one way (the server knows no -task); numbers go high-first, then low-first
+      if (['index', 'task'].includes(key)) { change({ sort: key }); return; }
+      change({ sort: st.sort === `-${key}` ? key : `-${key}` });
     }
     let seq = 0;
     async function load() {
@@ -240,7 +238,8 @@
         return;
       }
       if (mine !== seq || !ctx.alive()) return;
-      S.fill(msg, );
+      S.fill(msg, d.complete === false ? h('p', { class: 'muted small' }, 'still indexing: the counts grow as the run is read') : null,
+        d.torn ? h('p', { class: 'muted small' }, `${d.torn} unreadable (half-written or torn) line(s) skipped`) : null);
       const rows = d.rows || [];
       const cols = COLS.filter((c) => !c.opt || rows.some((x) => c.get(x) != null));
       S.fill(thead, h('tr', null, cols.map((c) => {
@@ -279,7 +278,7 @@
 
   // ---- compare -----------------------------------------------------------------------------------------
   S.views.compare = async (ctx, a, b) => {
-    const filter = ctx.params.get('filter') || 'all';
+    const filter = ['better', 'worse', 'both_failed'].includes(ctx.params.get('filter')) ? ctx.params.get('filter') : 'all';
     const d = await getJSON(`/api/compare?a=${enc(a)}&b=${enc(b)}&filter=${enc(filter)}`);
     if (!ctx.alive()) return;
     const runs = await S.runs().catch(() => []);
