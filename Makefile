@@ -48,7 +48,7 @@ BFCL_STAMP := $(BFCL_VENV)/.sleuth-bfcl-installed
 PIP_INSTALL = -m pip install -q --no-cache-dir
 SHARE = $(PYTHON) install/share_venv_files.py $(VENV)
 
-.PHONY: setup vllm verl verifiers tinker bfcl bfcl-learn run test bench ablate agent-tools lint clean
+.PHONY: setup vllm verl verifiers tinker bfcl bfcl-learn browser run test bench ablate agent-tools lint clean
 
 $(STAMP): pyproject.toml setup.py Makefile examples/sql_env/pyproject.toml
 	# bubblewrap isolates model-written code (sleuth.sandbox); without it the sandbox falls back to rlimits, loudly.
@@ -164,8 +164,16 @@ run: setup
 	$(VENV)/bin/sleuth compare runs/main/musique-untrained runs/main/musique-trained \
 		--out runs/main/musique-before-after
 	$(VENV)/bin/sleuth summary runs/main
+	@echo "look at what the agents did, in the browser: $(VENV)/bin/sleuth view runs/main (or --html runs/main/view.html)"
 
-test: setup vllm verl verifiers tinker bfcl
+# Debian's headless Chromium and its chromedriver: the viewer's pages are tested in a real browser (selenium).
+browser:
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || { command -v apt-get >/dev/null && \
+		[ "$$(id -u)" = 0 ] && (apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 || \
+		(apt-get update -qq && apt-get install -y -qq chromium chromium-driver)); } || \
+		echo "warning: chromium not installed; the viewer's browser tests are skipped"
+
+test: setup vllm verl verifiers tinker bfcl browser
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # Benchmarks print ratios against the alternative a user would pick, measured side by side.

@@ -15,8 +15,9 @@ DOC = (ROOT / "docs" / "architecture.md").read_text()
 # What each part may import of sleuth (itself aside): the one flow, top to bottom.
 ALLOWED = {
     "cli": None, "cli_args": None, "cli_eval": None, "cli_train": None, "cli_serve": None, "cli_doctor": None,
-    "cli_examples": None,
+    "cli_examples": None, "cli_view": None,
     "__init__": {"envs", "tasks", "verifiers"},
+    "view": {"agents", "envs", "tasks", "verifiers", "net", "registry", "rundir"},
     "training": {"rewards", "agents", "envs", "tasks", "verifiers", "net", "registry", "rundir", "interrupts"},
     "rewards": {"agents", "envs", "tasks", "verifiers", "registry"},
     "agents": {"envs", "tasks", "verifiers", "net", "registry", "rundir"},
