@@ -71,7 +71,9 @@ def to_markdown(result: dict[str, Any]) -> str:
         mark = " *" if r["ci_low"] > 0 or r["ci_high"] < 0 else ""
         lines.append(f"| {r['metric']} | {r['n']} | {r['a']:.3f} | {r['b']:.3f} | {r['diff']:+.3f}{mark} | "
                      f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] |")
-    lines += ["", "`*`: the interval excludes 0."]
+    lines += ["", "`*`: the interval excludes 0.", "",
+              "Task by task, side by side (B better, B worse, both failed): "
+              f"`sleuth view {result['a']} {result['b']}`, then `#/compare/0/1`."]
     return "\n".join(lines)
 
 

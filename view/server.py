@@ -1,4 +1,4 @@
-"""The viewer's HTTP app (FastAPI): the JSON endpoints of /work/exp/view_api.md over the opened runs, and the
+"""The viewer's HTTP app (FastAPI): the JSON endpoints of view/API.md over the opened runs, and the
 page (view/static) at /. Runs are indexed by a background thread, so the first page answers before a large
 file is indexed whole; a live run's new episodes are indexed as they are written."""
 
