@@ -4,6 +4,7 @@ the compare endpoint, a folder that is not a run, and the static export."""
 
 import json
 import shutil
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -140,3 +141,33 @@ def test_the_export_is_one_file_with_the_data_and_no_script_breakout(eval_runs, 
     data = json.loads(html[start:html.index(";</script>", start)])
     assert data["/api/run/0/episodes?offset=0&limit=all"]["total"] == 6
     assert data["/api/run/0/episode/0"]["turns"][0]["action_text"] == "</script><script>alert(1)</script>"
+
+
+def test_a_1_gb_file_without_a_newline_is_scanned_in_bounded_memory_and_skipped(eval_runs, tmp_path):
+    """A run whose trajectories.jsonl is 1 GB of NUL bytes (sparse: no disk used) and then one real record: the
+    index looks for the giant line's end a chunk at a time, holding none of it, skips it as torn, and shows the
+    record after it; while the giant line has no newline the run simply has no episodes yet."""
+    import resource
+
+    run = tmp_path / "big"
+    shutil.copytree(eval_runs / "oracle", run)
+    record = (run / "trajectories.jsonl").read_bytes().splitlines()[0]
+    with open(run / "trajectories.jsonl", "wb") as f:
+        f.truncate(1 << 30)
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with TestClient(create_app(open_runs([str(run)]))) as client:
+        for _ in range(300):  # the background indexer reads the gigabyte a chunk at a time
+            page = client.get("/api/run/0/episodes?limit=all").json()
+            if page["complete"]:
+                break
+            time.sleep(0.1)
+        assert page["total"] == 0 and page["complete"]
+        with open(run / "trajectories.jsonl", "ab") as f:
+            f.write(b"\n" + record + b"\n")
+        for _ in range(100):
+            page = client.get("/api/run/0/episodes?limit=all").json()
+            if page["total"]:
+                break
+            time.sleep(0.1)
+        assert page["total"] == 1 and page["torn"] == 1 and page["rows"][0]["task_id"] == json.loads(record)["task_id"]
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 300 * 1024  # KiB: far below the 1 GB

@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 CHUNK = 8 << 20  # bytes read per step of a refresh
+# A record line longer than this is skipped and counted as torn: indexing it would hold it whole in memory (a
+# 1 GB line, or a file of NUL bytes, is no trajectory sleuth writes).
+MAX_LINE = 64 << 20
 
 
 @dataclass
@@ -29,6 +32,7 @@ class Source:
     step: int | None = None
     scanned: int = 0  # bytes up to the end of the last complete line seen
     lines: int = 0  # complete lines seen (records and torn lines)
+    searched: int = 0  # bytes known to hold no newline after `scanned` (a long or half-written last line)
 
 
 def row_fields(d: dict[str, Any]) -> tuple[str, str, float, float, int, int, str, str | None, int]:
@@ -75,7 +79,7 @@ class RunIndex:
 
     def pending(self) -> bool:
         """Whether some source holds bytes not indexed yet."""
-        return any(_size(s.path) > s.scanned for s in self.sources)
+        return any(_size(s.path) > max(s.scanned, s.searched) for s in self.sources)
 
     def refresh(self, max_bytes: int | None = None) -> int:
         """Index what was appended since the last refresh (at most about `max_bytes`); returns bytes consumed
@@ -94,19 +98,22 @@ class RunIndex:
         """One chunk of source `k` from where its last complete line ended; returns bytes consumed."""
         try:
             with open(s.path, "rb") as f:
+                if s.searched > s.scanned:  # the line at `scanned` runs past a chunk: find its end first
+                    return self._long_line(s, f)
                 f.seek(s.scanned)
                 chunk = f.read(CHUNK)
                 if not chunk:
                     return 0
                 end = chunk.rfind(b"\n")
-                while end < 0:  # one line longer than a chunk: read on until its newline or the end
-                    more = f.read(CHUNK)
-                    if not more:
-                        return 0  # a half-written last line: wait for it
-                    chunk += more
-                    end = chunk.rfind(b"\n")
+                if end < 0:  # one line longer than what was read: look for its end without holding it
+                    s.searched = s.scanned + len(chunk)
+                    return self._long_line(s, f)
         except FileNotFoundError:
             return 0
+        return self._index_lines(k, s, chunk, end)
+
+    def _index_lines(self, k: int, s: Source, chunk: bytes, end: int) -> int:
+        """Index the complete lines of `chunk` (read from `s.scanned`; `end`: its last newline)."""
         pos = lines = 0
         rows: list[tuple[int, int, tuple]] = []
         while pos <= end:
@@ -124,8 +131,31 @@ class RunIndex:
             for offset, n, no, f in rows:
                 self._append(k, offset, n, no, f)
             s.scanned += end + 1
+            s.searched = max(s.searched, s.scanned)
             s.lines += lines
         return end + 1
+
+    def _long_line(self, s: Source, f: Any) -> int:
+        """Look for the newline of the line at `s.scanned` from `s.searched` on, a chunk at a time, keeping
+        nothing; once found, the line is indexed on the next scan if it is at most MAX_LINE bytes (read whole
+        then), else skipped as torn. Returns bytes consumed (0: no newline yet, or the line is left to index)."""
+        f.seek(s.searched)
+        chunk = f.read(CHUNK)
+        nl = chunk.find(b"\n")
+        if nl < 0:
+            s.searched += len(chunk)
+            return 0 if not chunk else len(chunk)  # progress made; the end of the file: wait for more
+        end = s.searched + nl  # the newline's offset
+        if end - s.scanned <= MAX_LINE:
+            s.searched = s.scanned  # short enough: read it whole on the next scan
+            f.seek(s.scanned)
+            return self._index_lines(self.sources.index(s), s, f.read(end - s.scanned + 1), end - s.scanned)
+        with self.lock:
+            self.torn += 1
+            s.lines += 1
+            consumed = end + 1 - s.scanned
+            s.scanned = s.searched = end + 1
+        return consumed
 
     def _append(self, k: int, offset: int, n: int, no: int, f: tuple) -> None:
         task, group, score, reward, turns, tokens, stop, error, sample = f
