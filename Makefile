@@ -164,7 +164,6 @@ run: setup
 	$(VENV)/bin/sleuth compare runs/main/musique-untrained runs/main/musique-trained \
 		--out runs/main/musique-before-after
 	$(VENV)/bin/sleuth summary runs/main
-	@echo "look at what the agents did, in the browser: $(VENV)/bin/sleuth view runs/main (or --html runs/main/view.html)"
 
 # Debian's headless Chromium and its chromedriver: the viewer's pages are tested in a real browser (selenium).
 browser:

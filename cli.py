@@ -71,6 +71,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
         return _fail(f"no run directory at {args.run}: `make run` writes runs/main")
     print(summarize(args.run))
     print(f"summary: {Path(args.run) / 'summary.md'}")
+    print(f"what the agents did, episode by episode: sleuth view {args.run} (or --html {Path(args.run) / 'view.html'})")
     return 0
 
 

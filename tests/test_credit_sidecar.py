@@ -1,10 +1,11 @@
-"""The credit sidecar a training step writes next to its rollouts (rollouts/step-N.rankR.credit.jsonl): the
+"""The credit sidecar a training step writes next to its rollouts (rollouts/credit/step-N.rankR.jsonl): the
 advantages the update used, per action token, so `sleuth view` shows them without recomputing them."""
 
 import json
 
 import numpy as np
 
+from sleuth.agents.trajectory import Trajectory
 from sleuth.training.config import load_config
 
 
@@ -27,7 +28,9 @@ def test_a_grpo_step_writes_the_advantages_its_update_used(tiny_model_dir, tmp_p
     trainer.train()
     rollouts = tmp_path / "run" / "rollouts"
     lines = (rollouts / "step-000001.rank0.jsonl").read_text().splitlines()
-    credit = [json.loads(x) for x in (rollouts / "step-000001.rank0.credit.jsonl").read_text().splitlines()]
+    # rollouts/*.jsonl stay trajectories only (what users and tests read); the sidecar is in rollouts/credit/
+    assert [Trajectory.from_json(x) for f in rollouts.glob("*.jsonl") for x in f.read_text().splitlines()]
+    credit = [json.loads(x) for x in (rollouts / "credit" / "step-000001.rank0.jsonl").read_text().splitlines()]
     assert len(credit) == len(used) == 4
     for row, (traj, adv) in zip(credit, used, strict=True):
         recorded = json.loads(lines[row["line"]])

@@ -109,7 +109,8 @@ def test_a_training_run_shows_rollouts_with_their_credit(eval_runs, tmp_path):
     (run / "rollouts" / "step-000001.rank0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     credit = [{"task_id": r["task_id"], "group": "g0", "line": k,
                "adv": [float(k)] * sum(len(t["action_ids"]) for t in r["turns"])} for k, r in enumerate(recs)]
-    (run / "rollouts" / "step-000001.rank0.credit.jsonl").write_text("".join(json.dumps(x) + "\n" for x in credit))
+    (run / "rollouts" / "credit").mkdir()
+    (run / "rollouts" / "credit" / "step-000001.rank0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in credit))
     (run / "metrics.jsonl").write_text('{"step": 1, "reward/mean": NaN, "loss/policy": 0.5}\n'
                                        '{"step": 2, "reward/mean": 0.5, "loss/policy": 0.4}\n')
     (run / "config.yaml").write_text("model: smollm2\nenv: sleuth/DocRead-v0\n")

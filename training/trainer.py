@@ -307,10 +307,11 @@ class Trainer:
 
     def _write_credit(self, step: int, seen: Sequence[Trajectory], kept: Sequence[Trajectory],
                       advantages: Sequence[np.ndarray]) -> None:
-        """The credit sidecar of the step's rollouts file, so the viewer shows the advantages the loss used:
-        one line per kept trajectory, `line` its line in the rollouts file, `adv` one value per action token
-        (turns' action ids concatenated, the loss mask's order); gear_mix's (tokens, K) granularities are
-        written as `adv_k` rows, with `adv` their mean (the mixed value exists only inside the update)."""
+        """The credit sidecar of the step's rollouts file (in rollouts/credit/), so the viewer shows the
+        advantages the loss used: one line per kept trajectory, `line` its line in the rollouts file, `adv` one
+        value per action token (turns' action ids concatenated, the loss mask's order); gear_mix's (tokens, K)
+        granularities are written as `adv_k` rows, with `adv` their mean (the mixed value exists only inside the
+        update)."""
         line = {id(t): k for k, t in enumerate(seen)}
         rows = []
         for t, a in zip(kept, advantages, strict=True):
@@ -320,7 +321,8 @@ class Trainer:
             if a.ndim > 1:
                 row["adv_k"] = a.tolist()
             rows.append(json.dumps(row) + "\n")
-        path = self.out / "rollouts" / f"step-{step:06d}.rank{self.rank}.credit.jsonl"
+        path = self.out / "rollouts" / "credit" / f"step-{step:06d}.rank{self.rank}.jsonl"  # beside, not among,
+        path.parent.mkdir(exist_ok=True)  # the rollouts: readers of rollouts/*.jsonl read trajectories only
         path.write_text("".join(rows), encoding="utf-8")
 
     def _sync(self) -> dict[str, float]:

@@ -55,7 +55,7 @@ def credit(run: Run, i: int) -> list[float] | None:
     if step is None:
         return None
     source = run.index.sources[run.index.src[i]]
-    sidecar = source.path.with_name(source.path.name[:-len(".jsonl")] + ".credit.jsonl")
+    sidecar = source.path.parent / "credit" / source.path.name
     if not sidecar.is_file():
         return None
     line = run.index.lineno[i]
