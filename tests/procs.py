@@ -30,6 +30,15 @@ def alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a killed process waiting for its parent to reap it runs nothing)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
 def command(pid: int) -> str:
     try:
         return (Path(f"/proc/{pid}") / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]

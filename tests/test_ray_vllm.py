@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from procs import Watched, alive, descendants
+from procs import Watched, alive, descendants, running
 
 from sleuth.training.engine import DIST_VARS, auto_dtype, cpu_bf16_is_fast
 from sleuth.training.vllm_rollout import default_vllm_python
@@ -88,8 +88,12 @@ def test_a_restarted_vllm_worker_serves_the_current_weights_and_its_engine_dies_
         reqs, greedy = [Request(probe, [], None)], SamplingParams(max_tokens=6, temperature=0.0)
         want = victim.generate(reqs, greedy)[0]  # the synced weights, before the kill
         old_url, its_engine = victim.server.base_url, descendants(victim.pid, "VLLM::EngineCore")
-        assert its_engine
+        its_server = descendants(victim.pid, "vllm.entrypoints.openai.api_server")
+        assert its_engine and its_server
         os.kill(victim.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30  # the server dies with the actor, but a loaded machine may take a moment:
+        while [p for p in its_server if running(p)] and time.monotonic() < deadline:  # a request sent meanwhile
+            time.sleep(0.1)  # would be answered by the dying server, with no restart to count
         got = victim.generate(reqs, greedy)[0]  # waits for Ray's restart, the current weights, the probe
         assert got.ids == want.ids and got.logprobs == pytest.approx(want.logprobs, abs=0.02)
         assert victim.restarts == 1 and victim.server.base_url != old_url
