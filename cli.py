@@ -76,13 +76,14 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
+    from sleuth.verifiers.base import CannotScore
     from sleuth.verifiers.batch import score_file
 
     if not Path(args.input).is_file():
         return _fail(f"input file not found: {args.input}")
     try:
         summary = score_file(args.verifier, args.input, args.out, args.workers, extract=not args.no_extract)
-    except ValueError as e:
+    except (ValueError, CannotScore) as e:  # a bad name or judge file; a group judge, which needs groups
         return _fail(str(e))
     print(json.dumps(summary, indent=2))
     return 0
@@ -203,9 +204,9 @@ def _read_queries(path: str, id_field: str, text_field: str) -> list[tuple[str, 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sleuth.verifiers.registry import VERIFIERS
+    from sleuth.verifiers.registry import verifier_names
 
-    verifiers = ", ".join(VERIFIERS.names())  # plugins' included
+    verifiers = verifier_names()  # plugins' included
     p = argparse.ArgumentParser(prog="sleuth", description=__doc__)
     p.add_argument("--version", action="version", version=f"sleuth {package_version('sleuth')}")
     # The deepspeed launcher puts --local_rank=N before the subcommand (LOCAL_RANK is also in the environment).
@@ -230,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("run", nargs="?", default="runs/main")
     sm.set_defaults(fn=cmd_summary)
     s = sub.add_parser("score", help="score JSONL records (data-set layout + a 'response' field) with a verifier")
-    s.add_argument("--verifier", required=True, help=f"a registered verifier: {verifiers}")
+    s.add_argument("--verifier", required=True, help=f"a verifier: {verifiers}")
     s.add_argument("--input", required=True, help="JSONL records in their data set's layout, each with a 'response'")
     s.add_argument("--out", required=True, help="JSONL: each record with 'score' and 'details' (never the input file)")
     s.add_argument("--workers", type=bounded(int, 1), default=2,

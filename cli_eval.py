@@ -64,16 +64,24 @@ def _eval_mode(args: argparse.Namespace) -> str | None:
     agent (`--agent`, `--agent-command`) is its own harness, tools and prompt: env options do not apply to it,
     and its answers are scored by the verifier it names."""
     from sleuth.agents.policies import SCRIPTED_POLICIES
-    from sleuth.registry import UnknownNameError
-    from sleuth.verifiers.registry import VERIFIERS
+    from sleuth.verifiers.base import CannotScore
+    from sleuth.verifiers.registry import get_verifier, group_verifier, verifier_names
 
     if args.agent and args.agent_command:
         return "--agent and --agent-command: give one (a Python function, or a program in any language)"
     if not (args.agent or args.agent_command):
-        given = [f for f, v in (("--verifier", args.verifier), ("--agent-path", args.agent_path)) if v is not None]
-        if given:
-            return (f"{' and '.join(given)} {'go' if len(given) > 1 else 'goes'} with --agent module:function or "
-                    "--agent-command CMD (an env scores with its own verifier)")
+        if args.agent_path is not None:
+            return "--agent-path goes with --agent module:function or --agent-command CMD"
+        if args.verifier is not None:  # the env's episodes scored again, e.g. by a judge
+            try:
+                group = group_verifier(args.verifier)
+                if group is None:
+                    get_verifier(args.verifier)
+            except (LookupError, ValueError, CannotScore) as e:
+                return str(e)
+            if group is not None and args.samples < 2:
+                return (f"{args.verifier} is a group judge: it compares the samples of a task, so it needs "
+                        f"--samples K (K ≥ 2, with --temperature > 0)")
         from sleuth.envs.families import family_of
 
         args.env = args.env or DEFAULT_EVAL_ENV
@@ -95,10 +103,10 @@ def _eval_mode(args: argparse.Namespace) -> str | None:
     if args.tasks is None:
         return f"{flag} needs --tasks (e.g. hotpotqa:test)"
     if args.verifier is None:
-        return f"{flag} needs --verifier NAME to score its answers (one of {', '.join(VERIFIERS.names())})"
+        return f"{flag} needs --verifier NAME to score its answers (one of {verifier_names()})"
     try:
-        VERIFIERS.get(args.verifier)
-    except UnknownNameError as e:
+        get_verifier(args.verifier)
+    except (LookupError, ValueError, CannotScore) as e:  # an unknown name, a bad judge file, a group judge
         return str(e)
     scripted = [p for p in args.policy.split(",") if p.strip() in SCRIPTED_POLICIES]
     if scripted:
@@ -117,6 +125,7 @@ def _eval_runs(args: argparse.Namespace, tasks: list, env_args: dict[str, Any], 
     from sleuth.agents.loop import EPISODE_TIMEOUT_S
     from sleuth.agents.policy import SamplingParams
     from sleuth.agents.report import write_comparison
+    from sleuth.agents.rescore import Rescorer
 
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     harnesses = [h.strip() for h in args.harness.split(",") if h.strip()] if agent is None else [""]
@@ -153,12 +162,15 @@ def _eval_runs(args: argparse.Namespace, tasks: list, env_args: dict[str, Any], 
                                       "verifier": args.verifier},
                         )
                     else:
+                        rescore = Rescorer(args.verifier, {t.id: t for t in tasks}, args.concurrency) \
+                            if args.verifier else None
                         summary = evaluate(
                             lambda h=harness: sleuth.make(args.env, harness=h, **env_args), tasks, policy,
                             out / run if multi else out, sampling, args.concurrency, args.env,
                             meta={"tasks": args.tasks, "harness": harness, "run": run}, resume=not args.no_resume,
-                            samples=args.samples, env_workers=args.env_workers,
-                            identity={**identity, "env": args.env, "env_args": env_args, "harness": harness},
+                            samples=args.samples, env_workers=args.env_workers, rescore=rescore,
+                            identity={**identity, "env": args.env, "env_args": env_args, "harness": harness,
+                                      **({"verifier": args.verifier} if args.verifier else {})},
                             episode_timeout_s=(EPISODE_TIMEOUT_S if args.episode_timeout is None
                                                else args.episode_timeout or None),
                         )
@@ -248,7 +260,7 @@ def add_eval_parser(sub: Any) -> None:
     from sleuth.agents.models import EMBEDDED
     from sleuth.agents.policies import SCRIPTED_POLICIES
     from sleuth.envs.parsers import PARSERS
-    from sleuth.verifiers.registry import VERIFIERS
+    from sleuth.verifiers.registry import verifier_names
 
     e = sub.add_parser("eval", help="evaluate policies on held-out tasks")
     e.add_argument("--env", help=f"a registered env id (`sleuth envs` lists them; default {DEFAULT_EVAL_ENV}) or "
@@ -263,8 +275,9 @@ def add_eval_parser(sub: Any) -> None:
     e.add_argument("--agent-path", metavar="DIR",
                    help="the directory to import the agent's module from, or to run its command in (default: the "
                         "working directory)")
-    e.add_argument("--verifier", help="with --agent or --agent-command: the registered verifier that scores its "
-                   f"answers ({', '.join(VERIFIERS.names())})")
+    e.add_argument("--verifier", help="with --agent or --agent-command: the verifier that scores its answers; with "
+                   "an env: scores its episodes again once they are over (e.g. an LLM judge; a group judge compares "
+                   f"the --samples of a task) ({verifier_names()})")
     e.add_argument("--tasks", help="NAME:SPLIT or NAME:PATH (e.g. hotpotqa:test); seeds:A-B for an env that makes "
                    "its own episodes (reasoning_gym:, gem:, textarena:, openenv:; default seeds:test, i.e. 0, 1, 2, "
                    "...); for verifiers: envs, the rows of its taskset (seeds:0-9; no default)")

@@ -72,20 +72,25 @@ def _run_training(args: argparse.Namespace, load: Callable[..., Any], trainer_cl
     from sleuth.training.cluster import ClusterError
     from sleuth.training.config import ConfigError, TrainConfig, TrainingError
     from sleuth.training.rollout import WeightSyncError
+    from sleuth.verifiers.base import CannotScore
 
     try:
         cfg = _run_config(args, load)
         resolve_model(cfg.model)  # a typo'd model fails here, before DeepSpeed and the weights load
         if isinstance(cfg, TrainConfig) and cfg.agent.enabled:  # and a missing agent or verifier
             from sleuth.agents.agent_runner import CommandAgent, load_agent
-            from sleuth.verifiers.registry import VERIFIERS
+            from sleuth.verifiers.registry import get_verifier
 
             if cfg.agent.entrypoint:
                 load_agent(cfg.agent.entrypoint, cfg.agent.path)
             else:
                 CommandAgent(cfg.agent.command or "", cfg.agent.path, cfg.agent.timeout_s)
-            VERIFIERS.get(cfg.agent.verifier)
-    except (ConfigError, ModelNotFoundError, ValueError, LookupError) as e:
+            get_verifier(cfg.agent.verifier)
+        if isinstance(cfg, TrainConfig) and cfg.verifier is not None:  # an unknown name, a bad judge file
+            from sleuth.verifiers.registry import get_verifier, group_verifier
+
+            group_verifier(cfg.verifier) or get_verifier(cfg.verifier)
+    except (ConfigError, ModelNotFoundError, ValueError, LookupError, CannotScore) as e:
         return _refused(str(e))
     if (env := env_of(cfg)) is not None:
         import sleuth

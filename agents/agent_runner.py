@@ -36,7 +36,7 @@ from sleuth.agents.gateway.recorder import ENV_ID
 from sleuth.agents.trajectory import Trajectory
 from sleuth.tasks.base import Task
 from sleuth.tasks.registry import label_fields
-from sleuth.verifiers.registry import VERIFIERS, verdict
+from sleuth.verifiers.registry import get_verifier, verdict
 
 # The protocol: the public task and the OpenAI base URL of the episode's session; the final answer back.
 AgentFn = Callable[[dict[str, Any], str], "str | Awaitable[str]"]
@@ -192,7 +192,7 @@ def run_agent_episodes(agent: AgentFn, tasks: Iterable[Task], gateway: Gateway, 
     (`timeout`, never scored); its session is cancelled and its thread left behind (a daemon)."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-    VERIFIERS.get(verifier)  # an unknown name fails here, with the known ones, before any episode runs
+    get_verifier(verifier)  # an unknown name (or a group judge) fails here, before any episode runs
     work = ((t, k) for t in tasks for k in range(samples))
     finished: queue.SimpleQueue[tuple[str, list[Trajectory]]] = queue.SimpleQueue()
     running: dict[str, tuple[Task, float]] = {}  # session: its task and when it began

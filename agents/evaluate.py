@@ -25,6 +25,7 @@ from tqdm import tqdm
 from sleuth.agents.breakdown import breakdown, pass_at_ks
 from sleuth.agents.loop import EPISODE_TIMEOUT_S, run_episodes
 from sleuth.agents.policy import Policy, SamplingParams
+from sleuth.agents.rescore import Rescorer
 from sleuth.agents.trajectory import Trajectory
 from sleuth.net import retry_counts
 from sleuth.rundir import RunDirLock
@@ -212,6 +213,7 @@ def evaluate(
     env_workers: int = 0,
     identity: dict[str, Any] | None = None,
     episode_timeout_s: float | None = EPISODE_TIMEOUT_S,
+    rescore: Rescorer | None = None,
 ) -> dict[str, Any]:
     """Evaluate and write `trajectories.jsonl`, `summary.json`, `report.md` and `report.png` in `out_dir`.
     `samples` episodes per task (pass@k is reported; sampling needs temperature > 0 or a seeded scripted
@@ -220,14 +222,15 @@ def evaluate(
     call (`RunDirBusyError` if another process holds it). Failed episodes (`Trajectory.failed`) are
     counted in `n_failed`, never scored, and retried by the next resume (the failed records move to
     `failed.jsonl`). An episode still running `episode_timeout_s` after its reset fails as `timeout` (None: no
-    limit)."""
+    limit). `rescore`: the episodes scored again once over (a judge; a group judge sees a task's samples
+    together), its counts in the summary's `judge`."""
     def run(todo: list[Task]) -> Iterator[Trajectory]:
         return run_episodes(make_env, todo, policy, sampling, concurrency, env_id, env_workers=env_workers,
                             episode_timeout_s=episode_timeout_s)
 
     return _evaluate_run(run, tasks, out_dir, f"eval {policy.name}",
                          {"policy": policy.name, "env": env_id, "samples": samples, **(meta or {})},
-                         resume, progress, samples, identity)
+                         resume, progress, samples, identity, rescore)
 
 
 def evaluate_agent(
@@ -284,7 +287,7 @@ def _by_episode(trajs: Iterable[Trajectory]) -> Iterator[list[Trajectory]]:
 
 def _evaluate_run(run: Callable[[list[Task]], Iterator[Trajectory]], tasks: Sequence[Task], out_dir: str | Path,
                   desc: str, meta: dict[str, Any], resume: bool, progress: bool, samples: int,
-                  identity: dict[str, Any] | None) -> dict[str, Any]:
+                  identity: dict[str, Any] | None, rescore: Rescorer | None = None) -> dict[str, Any]:
     """What `evaluate` and `evaluate_agent` share: the run directory, resume, the episodes `run(todo)` yields
     (each appended whole, at once) and the summary and report over episodes."""
     from sleuth.agents.report import write_report
@@ -316,7 +319,8 @@ def _evaluate_run(run: Callable[[list[Task]], Iterator[Trajectory]], tasks: Sequ
         retries0 = retry_counts()
         with open(traj_path, "a", encoding="utf-8") as f, tqdm(total=total, initial=total - len(todo),
                                                                desc=desc, disable=not progress) as bar:
-            for group in _by_episode(run(todo)):
+            finished = _by_episode(run(todo))
+            for group in (rescore.stream(finished, samples) if rescore is not None else finished):
                 for traj in group:
                     traj.meta["sample"] = have[traj.task_id]
                 have[group[0].task_id] += 1
@@ -331,6 +335,9 @@ def _evaluate_run(run: Callable[[list[Task]], Iterator[Trajectory]], tasks: Sequ
         summary["http_retries"] = {k: v - retries0.get(k, 0) for k, v in retry_counts().items()
                                    if v > retries0.get(k, 0)}
         summary["retried_failed"] = len(retried)
+        judged = rescore.take_stats() if rescore is not None else None
+        if judged is not None:
+            summary["judge"] = judged.metrics()
         firsts = [g[0] for g in episodes(done)]  # pass@k and breakdowns count episodes
         summary.update(pass_at_ks(firsts))
         summary["breakdown"] = breakdown(firsts, tasks)

@@ -174,7 +174,8 @@ class ToolEnv(gymnasium.Env):
         return obs, reward, terminated, truncated, info
 
     def score(self, response: str) -> Verdict:
-        return self.verifier(self.task, response, **self.verifier_context())
+        v = self.verifier(self.task, response, **self.verifier_context())
+        return v if v.response is not None else Verdict(v.score, v.details, response=response)
 
     def render(self) -> str | None:
         if self.render_mode == "ansi" and self.task is not None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sleuth.agents.rescore import Rescorer
 from sleuth.agents.trajectory import Trajectory
 from sleuth.rewards.base import Estimator, groups
 from sleuth.rewards.episodes import per_episode
@@ -42,11 +43,16 @@ class Collected:
     stream: StreamStats | None = None  # what the rollout stream reports (None without one)
     dropped_failed: int = 0  # groups left out because a member failed
     reissued: int = 0  # of those, the tasks sampled once more in the same step
-    reward_s: float = 0.0  # seconds spent in the estimator
+    reward_s: float = 0.0  # seconds spent in the estimator and in scoring episodes again
+    rescore: Rescorer | None = None  # the config's `verifier`: each round's episodes scored again, groups whole
 
     def take(self, trajs: list[Trajectory], demos: bool = False) -> list[Task]:
         """A round's trajectories in (`demos`: branches of a demonstrator's episodes); the tasks of its groups of
         episodes left out for a failed episode."""
+        if self.rescore is not None:
+            t0 = time.perf_counter()
+            trajs = self.rescore(trajs)
+            self.reward_s += time.perf_counter() - t0
         self.seen += trajs
         whole, failed = [], []
         for idx in groups(trajs).values():

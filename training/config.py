@@ -192,6 +192,10 @@ class TrainConfig:
     model: str = "smollm2"
     env: str = "DocRead-v0"
     env_args: dict[str, Any] = field(default_factory=dict)
+    # None: the env's own verdict is the outcome. A registered verifier or `judge:FILE` scores each round's
+    # episodes again once they are over (a group judge: each group in one call); a judge's `env` weight keeps the
+    # env's verdict as a term beside it
+    verifier: str | None = None
     # None: the env's own default, written into the run's config: hotpotqa:train, or seeds:train for an env that
     # makes its own episodes (reasoning_gym:, gem:, textarena:), a seed range disjoint from evaluation's seeds:test
     tasks: str | None = None

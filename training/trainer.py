@@ -32,6 +32,7 @@ import torch.distributed as dist
 from sleuth.agents.loop import run_episodes
 from sleuth.agents.policy import SamplingParams
 from sleuth.agents.requests import WeightsGate
+from sleuth.agents.rescore import Rescorer
 from sleuth.agents.trajectory import Trajectory
 from sleuth.interrupts import HoldUntilStepEnd
 from sleuth.tasks.base import Task
@@ -52,6 +53,7 @@ from sleuth.training.sampler import TaskSampler
 from sleuth.training.step_metrics import Outage, StepPart, components, ranges, step_row, why_no_signal
 from sleuth.training.teacher_load import load_teacher
 from sleuth.training.update import PolicyUpdater, all_max, all_sum
+from sleuth.verifiers.judge import JudgeStats
 
 T = TypeVar("T")
 NO_SIGNAL_ADVICE = ("raise rollout.group_size or rollout.temperature, add a step reward (algorithm.estimator: "
@@ -92,6 +94,8 @@ class Trainer:
         self.estimator = rewards.make(cfg.algorithm.estimator, **cfg.algorithm.estimator_args)
         self.tasks = training_tasks(cfg)
         self.tasks_by_id = {t.id: t for t in self.tasks}
+        # the config's `verifier` scores each round's episodes again (a judge: pointwise, or a group at once)
+        self.rescorer = Rescorer(cfg.verifier, self.tasks_by_id, cfg.rollout.concurrency) if cfg.verifier else None
         self.sampler = TaskSampler(len(self.tasks), cfg.seed)
         self.model = load_policy_model(cfg.model, cfg.engine, vllm_rollout=cfg.rollout.engine == "vllm")
         self.model_path, self.tokenizer, self.engine = self.model.path, self.model.tokenizer, self.model.engine
@@ -236,6 +240,9 @@ class Trainer:
             times["teacher"] = t_teacher
         row = step_row(_gather(part), times, sync, self.cfg.loss.rollout_is != "none", self.rollout.policy.version,
                        self.cfg.rollout.group_size)
+        judged = self.rescorer.take_stats() if self.rescorer is not None else None
+        if judged is not None:  # the judge's calls, tokens and failures over the step, all ranks
+            row.update(JudgeStats.total(_gather(judged)).metrics())
         # no learning signal: nothing the reward said reached the weights (no trajectory kept, every advantage 0,
         # or a gradient of exactly 0); the same decision on every rank (the row is global)
         # (a teacher's signal is no advantage of the estimator's: with one, only a zero gradient is no signal)
@@ -370,7 +377,8 @@ class Trainer:
         from sleuth.rewards.base import groups
 
         rc = self.cfg.rollout
-        got = Collected(self.estimator, self.tasks_by_id, keep_no_signal=rc.zero_variance == "keep")
+        got = Collected(self.estimator, self.tasks_by_id, keep_no_signal=rc.zero_variance == "keep",
+                        rescore=self.rescorer)
         rounds = rc.dynamic_max_rounds if rc.zero_variance == "dynamic" else 1
         for round_ in range(rounds):
             if self.stream is not None:

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 
 @dataclass
 class Verdict:
-    """The outcome of scoring one response: `score` is the reward, `details` says why."""
+    """The outcome of scoring one response: `score` is the reward, `details` says why, `response` is the text
+    scored (kept so the episode can be scored again, e.g. by a judge, without the env)."""
 
     score: float
     details: dict[str, Any] = field(default_factory=dict)
+    response: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Verdict:
-        return cls(score=float(d["score"]), details=dict(d.get("details") or {}))
+        return cls(score=float(d["score"]), details=dict(d.get("details") or {}), response=d.get("response"))
 
 
 class Verifier(Protocol):
@@ -26,6 +29,14 @@ class Verifier(Protocol):
     keyword context (e.g. `evidence`) is optional and named by the verifier that wants it."""
 
     def __call__(self, task: Any, response: str, **context: Any) -> Verdict: ...
+
+
+class GroupVerifier(Protocol):
+    """`score_group(task, responses, contexts) -> [Verdict]`: the members of one group scored together (a judge
+    that ranks them in one call); `contexts[i]` is member i's keyword context."""
+
+    def score_group(self, task: Any, responses: Sequence[str],
+                    contexts: Sequence[Mapping[str, Any]]) -> list[Verdict]: ...
 
 
 class CannotScore(RuntimeError):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sleuth.verifiers.base import CannotScore, Verdict
+from sleuth.verifiers.judge.judges import PointwiseJudge
 from sleuth.verifiers.registry import get_verifier, verdict
 
 
@@ -72,5 +73,9 @@ def score_file(name: str, input_path: str | Path, out_path: str | Path, workers:
             else:
                 scores.append(rec["score"])
             bar.update(1)
-    return {"verifier": name, "scored": len(scores), "errors": errors,
-            "mean_score": round(sum(scores) / len(scores), 4) if scores else None, "out": str(out_path)}
+    out = {"verifier": name, "scored": len(scores), "errors": errors,
+           "mean_score": round(sum(scores) / len(scores), 4) if scores else None, "out": str(out_path)}
+    judge = get_verifier(name)
+    if isinstance(judge, PointwiseJudge):  # its calls, cache hits, tokens and latency
+        out["judge"] = judge.take_stats().metrics()
+    return out

@@ -7,7 +7,7 @@ from functools import cache
 from typing import Any
 
 from sleuth.registry import Registry, UnknownNameError
-from sleuth.verifiers.base import Verdict, Verifier
+from sleuth.verifiers.base import CannotScore, GroupVerifier, Verdict, Verifier
 
 # name → a factory of the verifier (a class is one); plugins declare theirs under the entry-point group
 # `sleuth.verifiers`
@@ -24,10 +24,43 @@ EXTRACTORS.register("code", "sleuth.verifiers.extract:extract_code", "sleuth")
 EXTRACTORS.register("swe", "sleuth.verifiers.extract:extract_diff", "sleuth")
 
 
+JUDGE_PREFIX = "judge:"  # `judge:FILE`: an LLM judge whose settings are in FILE (`sleuth.verifiers.judge`)
+
+
+@cache
+def _judge(path: str) -> Any:
+    from sleuth.verifiers.judge import load_judge
+
+    return load_judge(path)
+
+
+def group_verifier(name: str) -> GroupVerifier | None:
+    """The group verifier `name` names (a `judge:FILE` whose mode is `group`), or None for a per-response one."""
+    if not name.startswith(JUDGE_PREFIX):
+        VERIFIERS.get(name)
+        return None
+    from sleuth.verifiers.judge import GroupJudge
+
+    judge = _judge(name.removeprefix(JUDGE_PREFIX))
+    return judge if isinstance(judge, GroupJudge) else None
+
+
 @cache
 def get_verifier(name: str) -> Callable[..., Verdict]:
-    """A shared instance per name (the code verifier holds a sandbox)."""
+    """A shared instance per name (the code verifier holds a sandbox; a judge its client and cache): a registered
+    name, or `judge:FILE`. A group judge is refused here, where responses come one at a time."""
+    if name.startswith(JUDGE_PREFIX):
+        if group_verifier(name) is not None:
+            raise CannotScore(f"{name} is a group judge: it scores the members of a group together (sleuth train, "
+                              f"sleuth eval --samples K, TRL's adapter); here responses come one at a time: set "
+                              f"mode: pointwise in its file")
+        return _judge(name.removeprefix(JUDGE_PREFIX))
     return VERIFIERS.get(name)()
+
+
+def verifier_names() -> str:
+    """The names a verifier can be given by, for help texts and errors."""
+    return ", ".join([*VERIFIERS.names(), f"{JUDGE_PREFIX}FILE (an LLM judge)"])
 
 
 def _as_is(text: str) -> str:
@@ -46,7 +79,8 @@ def extractor(name: str) -> Callable[[str], str]:
 def verdict(name: str, record: dict[str, Any], response: str, extract: bool = True, **context: Any) -> Verdict:
     """`context`: the verifier's keyword context (`evidence`: the titles an agent was seen reading)."""
     text = extractor(name)(response) if extract else response
-    return get_verifier(name)(record, text, **context)
+    v = get_verifier(name)(record, text, **context)
+    return v if v.response is not None else Verdict(v.score, v.details, response=text)
 
 
 def score(name: str, record: dict[str, Any], response: str, extract: bool = True) -> float:

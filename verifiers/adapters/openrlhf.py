@@ -8,7 +8,8 @@ returning the same dict. Errors there become a None reward silently, so this sid
 silently: a malformed request gets a 4xx with a message (`sleuth serve verifier`).
 
 Labels: for QA the gold answer (or a JSON list of answers); for code the JSON of the row's test fields;
-for swe the JSON of the task record (the response is a unified diff).
+for swe the JSON of the task record (the response is a unified diff). A pointwise judge (`judge:FILE`) is shown
+the prompt as the question.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import os
 from typing import Any
 
 
-def _label_record(verifier: str, label: Any) -> dict[str, Any]:
+def _label_record(verifier: str, label: Any, prompt: str = "") -> dict[str, Any]:
     if isinstance(label, str) and label.strip()[:1] in "[{":
         try:
             label = json.loads(label)
@@ -28,7 +29,7 @@ def _label_record(verifier: str, label: Any) -> dict[str, Any]:
         if not isinstance(label, dict):
             raise ValueError(f"a {verifier} label must be the JSON object of the row's fields (tests / task record)")
         return label
-    return {"answer": label if isinstance(label, list) else str(label)}
+    return {"answer": label if isinstance(label, list) else str(label), "question": prompt}
 
 
 def _response(query: str, prompt: str) -> str:
@@ -45,7 +46,7 @@ def openrlhf_rewards(verifier: str, queries: list[str], prompts: list[str], labe
 
     if not (len(queries) == len(prompts) == len(labels)):
         raise ValueError(f"query, prompts and labels differ in length: {len(queries)}, {len(prompts)}, {len(labels)}")
-    verdicts = [verdict(verifier, _label_record(verifier, lab), _response(q, p))
+    verdicts = [verdict(verifier, _label_record(verifier, lab, p), _response(q, p))
                 for q, p, lab in zip(queries, prompts, labels, strict=True)]
     scores = [v.score for v in verdicts]
     return {"rewards": scores, "scores": scores,

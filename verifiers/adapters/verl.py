@@ -16,7 +16,9 @@ Config:
 `ground_truth`: for QA the answer (a string or a list of accepted answers); for code the test fields of
 the row (a dict, or its JSON string: MBPP's `test_list` / `test_setup_code` or HumanEval's `test` /
 `entry_point`); for swe the task record (dict or JSON; the response is a unified diff). Which verifier runs
-comes from `extra_info["verifier"]`, else the data source name ("swe..." → swe, mbpp/humaneval → code).
+comes from `extra_info["verifier"]` (a registered name or `judge:FILE`, a pointwise judge), else the data
+source name ("swe..." → swe, mbpp/humaneval → code). verl passes no prompt: a judge is shown
+`extra_info["question"]`, so put the question there in the data set.
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ from typing import Any
 _CODE_SOURCES = ("mbpp", "humaneval", "openai_humaneval", "code")
 
 
-def _record(verifier: str, ground_truth: Any) -> dict[str, Any]:
+def _record(verifier: str, ground_truth: Any, question: str = "") -> dict[str, Any]:
     if verifier in ("code", "swe"):
         gt = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
         if not isinstance(gt, dict):
             raise ValueError(f"{verifier} ground_truth must be a dict (or JSON) of the row's fields")
         return gt
-    return {"answer": list(ground_truth) if isinstance(ground_truth, (list, tuple)) else str(ground_truth)}
+    answer = list(ground_truth) if isinstance(ground_truth, (list, tuple)) else str(ground_truth)
+    return {"answer": answer, "question": question}
 
 
 def _verifier_of(source: str) -> str:
@@ -48,7 +51,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
 
     extra = extra_info or {}
     verifier = extra.get("verifier") or kwargs.get("verifier") or _verifier_of(str(data_source).lower())
-    v = verdict(verifier, _record(verifier, ground_truth), solution_str or "")
+    v = verdict(verifier, _record(verifier, ground_truth, str(extra.get("question") or "")), solution_str or "")
     out: dict[str, Any] = {"score": float(v.score)}
     out.update({k: float(val) for k, val in v.details.items() if isinstance(val, (int, float))})
     return out

@@ -1,0 +1,215 @@
+"""A judge everywhere a verifier goes, with a scripted judge served for real: `sleuth eval` (pointwise, and a
+group judge over --samples), `sleuth train` (each group in one call, its counts in the metrics; a judge that is
+down fails groups, never scores them), TRL's GRPOTrainer through the adapter, and the verl / OpenRLHF adapters
+called as those trainers call them."""
+
+import contextlib
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from judge_server import ScriptedJudge, judge_file
+
+from sleuth.agents.evaluate import load_trajectories
+from sleuth.net import free_port, in_thread
+
+
+def sleuth(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sleuth.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def members(messages) -> list[str]:
+    return re.findall(r"Response \d+:\n<<<\n(.*?)\n>>>", messages[-1]["content"], flags=re.S)
+
+
+def by_length(messages) -> str:
+    """Scores each member by its length (0–9): different responses get different scores."""
+    return "\n".join(f"RESPONSE {i + 1} SCORE: {min(9, len(r) // 3)}" for i, r in enumerate(members(messages)))
+
+
+def by_length_mod(messages) -> str:
+    """Scores each member by its length mod 10: long transcripts of different lengths get different scores."""
+    return "\n".join(f"RESPONSE {i + 1} SCORE: {len(r) % 10}" for i, r in enumerate(members(messages)))
+
+
+def right_or_wrong(messages) -> str:
+    """A pointwise judge that compares the response with the reference answer in its prompt."""
+    text = messages[-1]["content"]
+    reference = re.search(r"Reference answer: (.*)\n", text).group(1)
+    response = text.split("Response:\n<<<\n", 1)[1].split("\n>>>", 1)[0]
+    return f"Compared with the reference.\nSCORE: {10 if reference.lower() in response.lower() else 0}"
+
+
+@pytest.fixture
+def serve():
+    with contextlib.ExitStack() as stack:
+        def start(reply):
+            judge = ScriptedJudge(reply)
+            return judge, stack.enter_context(in_thread(judge.app()))
+        yield start
+
+
+def test_sleuth_eval_scores_an_envs_episodes_with_a_judge(serve, tmp_path):
+    judge, url = serve(right_or_wrong)
+    name = judge_file(tmp_path, url, weights={"judge": 1, "env": 1})
+    out = tmp_path / "run"
+    r = sleuth("eval", "--env", "DocRead-v0", "--policy", "oracle", "--tasks", "hotpotqa:test", "--limit", "3",
+               "--verifier", name, "--out", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    trajs = load_trajectories(out / "trajectories.jsonl")
+    assert len(trajs) == 3 and len(judge.requests) == 3
+    for t in trajs:  # the oracle answers right: the judge's 1.0 beside the env's own F1 of 1.0
+        assert t.reward == pytest.approx(1.0) and t.verdict.details["terms"] == {"judge": 1.0, "env": 1.0}
+        assert t.verdict.details["judge"]["reply"].endswith("SCORE: 10") and t.verdict.details["env"]["f1"] == 1.0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["judge"]["judge/calls"] == 3 and summary["judge"]["judge/unavailable"] == 0
+    assert json.loads((out / "run.json").read_text())["verifier"] == name  # part of the run's identity
+
+
+def test_sleuth_eval_with_a_group_judge_compares_a_tasks_samples(serve, tmp_path):
+    judge, url = serve(by_length)
+    name = judge_file(tmp_path, url, mode="group", group_reward="rank")
+    out = tmp_path / "run"
+    r = sleuth("eval", "--env", "DocRead-v0", "--policy", "random", "--tasks", "hotpotqa:test", "--limit", "2",
+               "--samples", "3", "--temperature", "0.7", "--verifier", name, "--out", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert len(judge.requests) == 2 and all(len(members(m)) == 3 for m in judge.requests)
+    trajs = load_trajectories(out / "trajectories.jsonl")
+    for task in {t.task_id for t in trajs}:
+        mine = [t for t in trajs if t.task_id == task]
+        assert len(mine) == 3 and sorted(t.verdict.details["judge"]["shown_as"] for t in mine) == [1, 2, 3]
+    # a group judge with one sample per task has nothing to compare: one line, before anything runs
+    r = sleuth("eval", "--env", "DocRead-v0", "--policy", "oracle", "--tasks", "hotpotqa:test", "--limit", "2",
+               "--verifier", name, "--out", str(tmp_path / "one"))
+    assert r.returncode != 0 and "needs --samples" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_sleuth_eval_with_a_judge_that_is_down_scores_nothing_and_the_same_command_retries(serve, tmp_path):
+    port = free_port()
+    name = judge_file(tmp_path, f"http://127.0.0.1:{port}", retries=1)
+    out = tmp_path / "run"
+    cmd = ["eval", "--env", "DocRead-v0", "--policy", "oracle", "--tasks", "hotpotqa:test", "--limit", "2",
+           "--verifier", name, "--out", str(out)]
+    r = sleuth(*cmd)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n_failed"] == 2 and summary["judge"]["judge/unavailable"] == 2
+    assert all(t.failed and t.stop_reason == "verifier_error" for t in load_trajectories(out / "trajectories.jsonl"))
+    judge = ScriptedJudge(lambda m: "SCORE: 10")  # the judge comes back on the same port
+    import uvicorn
+
+    from sleuth.net import wait_healthy
+
+    server = uvicorn.Server(uvicorn.Config(judge.app(), host="127.0.0.1", port=port, log_level="error"))
+    import threading
+
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}")
+        r = sleuth(*cmd)
+    finally:
+        server.should_exit = True
+        thread.join(5)
+    assert r.returncode == 0, r.stderr[-2000:]
+    trajs = load_trajectories(out / "trajectories.jsonl")
+    assert len(trajs) == 2 and all(t.reward == 1.0 and not t.failed for t in trajs) and len(judge.requests) == 2
+
+
+def test_sleuth_train_takes_its_outcome_from_a_group_judge(serve, tiny_model_dir, tmp_path):
+    from sleuth.training.config import load_config
+    from sleuth.training.trainer import Trainer
+
+    judge, url = serve(by_length_mod)
+    # shown the transcripts (the tiny model never answers: its responses are all empty, its actions are not)
+    name = judge_file(tmp_path, url, mode="group", group_reward="rank", show="transcript")
+    cfg = load_config(overrides={
+        "model": tiny_model_dir, "out": str(tmp_path / "run"), "env_args": {"harness": "text"}, "task_limit": 8,
+        "rollout.max_tokens": 12, "rollout.tasks_per_step": 2, "rollout.group_size": 3, "rollout.temperature": 1.0,
+        "checkpoint.export_hf": False, "tensorboard": False, "max_steps": 1, "verifier": name})
+    rows = Trainer(cfg, progress=False).train()
+    assert len(judge.requests) == 2 and all(len(members(m)) == 3 for m in judge.requests)  # a call per group
+    assert rows[0]["judge/calls"] == 2 and rows[0]["judge/unavailable"] == 0 and rows[0]["judge/prompt_tokens"] > 0
+    trajs = load_trajectories(tmp_path / "run" / "rollouts" / "step-000001.rank0.jsonl")
+    assert len(trajs) == 6
+    for t in trajs:  # the reward trained on is the judge's rank, as written in the rollout
+        said = t.verdict.details["judge"]
+        assert t.reward == pytest.approx((3 - said["rank"]) / 2)
+    assert all("[action 1]" in m for r in judge.requests for m in members(r))
+    assert rows[0]["adv/absmax"] > 0
+
+
+def test_sleuth_train_never_scores_a_group_its_judge_could_not_judge(tiny_model_dir, tmp_path, hotpot_tasks):
+    """A judge that is down: each group fails as a verifier error, is counted and sampled again, never trained on."""
+    from sleuth.agents.rescore import Rescorer
+    from sleuth.agents.trajectory import Trajectory, Turn
+    from sleuth.rewards import make
+    from sleuth.training.collected import Collected
+    from sleuth.verifiers.base import Verdict
+
+    name = judge_file(tmp_path, f"http://127.0.0.1:{free_port()}", mode="group", retries=0)
+    tasks = {t.id: t for t in hotpot_tasks[:2]}
+    got = Collected(make("grpo"), tasks, keep_no_signal=True, rescore=Rescorer(name, tasks))
+
+    def member(task_id, answer, reward):
+        return Trajectory(task_id, "DocRead-v0", [1], turns=[Turn([5], [-0.1], answer, reward=reward)], reward=reward,
+                          verdict=Verdict(reward, {}, response=answer), group=f"{task_id}@1.0")
+
+    again = got.take([member(tid, a, r) for tid in tasks for a, r in (("x", 1.0), ("y", 0.0))])
+    assert [t.id for t in again] == list(tasks) and got.dropped_failed == 2 and not got.kept
+    assert all(t.failed and t.stop_reason == "verifier_error" for t in got.seen)
+
+
+def test_trl_reward_with_a_group_judge_scores_each_prompts_completions_together(serve, tmp_path):
+    from sleuth.verifiers.adapters import trl_reward
+
+    judge, url = serve(by_length)
+    reward = trl_reward(judge_file(tmp_path, url, mode="group", group_reward="score", shuffle=False))
+    prompts = [[{"role": "user", "content": "Capital of France?"}]] * 2 + [[{"role": "user", "content": "2+2?"}]] * 2
+    completions = [[{"role": "assistant", "content": c}] for c in ("Paris", "It is Paris, in France", "4", "four")]
+    logged = {}
+    scores = reward(prompts=prompts, completions=completions, answer=["Paris", "Paris", "4", "4"],
+                    log_metric=lambda k, v: logged.update({k: v}), trainer_state=None)
+    assert len(judge.requests) == 2 and [members(m) for m in judge.requests] == [["Paris", "It is Paris, in France"],
+                                                                                  ["4", "four"]]
+    assert "Question: Capital of France?" in judge.requests[0][-1]["content"]
+    assert scores == pytest.approx([0.1, 0.7, 0.0, 0.1]) and list(logged.values()) == [1.0]
+
+
+@pytest.mark.slow
+def test_trl_grpo_trainer_trains_on_a_group_judge(serve, tmp_path):
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from sleuth.agents.models import embedded_model_dir
+    from sleuth.verifiers.adapters import trl_reward
+
+    judge, url = serve(by_length)
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": q}], "answer": a}
+                            for q, a in (("Which city is the capital of France?", "Paris"),
+                                         ("Who wrote Hamlet?", "William Shakespeare"))])
+    cfg = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
+                     max_completion_length=12, max_steps=1, learning_rate=1e-6, bf16=False, use_cpu=True,
+                     logging_steps=1, report_to=[], gradient_checkpointing=False, save_strategy="no", seed=0)
+    fn = trl_reward(judge_file(tmp_path, url, mode="group", group_reward="rank"), name="judge")
+    trainer = GRPOTrainer(model=str(embedded_model_dir()), reward_funcs=[fn], args=cfg, train_dataset=ds)
+    trainer.train()
+    assert len(judge.requests) == 1 and len(members(judge.requests[0])) == 4  # one prompt's 4 completions, one call
+    logged = [h for h in trainer.state.log_history if "rewards/judge/mean" in h]
+    assert len(logged) == 1 and logged[0]["rewards/judge/mean"] == pytest.approx(0.5, abs=1e-6)  # ranks average ½
+
+
+def test_verl_and_openrlhf_adapters_carry_a_pointwise_judge(serve, tmp_path):
+    from sleuth.verifiers.adapters.openrlhf import openrlhf_rewards
+    from sleuth.verifiers.adapters.verl import compute_score
+
+    judge, url = serve(right_or_wrong)
+    name = judge_file(tmp_path, url)
+    out = compute_score(data_source="hotpotqa", solution_str="Answer: Paris", ground_truth="Paris",
+                        extra_info={"verifier": name, "question": "Capital of France?"})
+    assert out["score"] == 1.0 and "Question: Capital of France?" in judge.requests[-1][-1]["content"]
+    prompt = "<|im_start|>user\nCapital of France?<|im_end|>\n<|im_start|>assistant\n"
+    got = openrlhf_rewards(name, [prompt + "Lyon<|im_end|>", prompt + "Paris<|im_end|>"], [prompt] * 2, ["Paris"] * 2)
+    assert got["rewards"] == [0.0, 1.0] and "Capital of France?" in judge.requests[-1][-1]["content"]
