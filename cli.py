@@ -47,6 +47,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_judge_check(args: argparse.Namespace) -> int:
+    from sleuth.agents.judge_check import judge_check
+    from sleuth.tasks import load_tasks
+    from sleuth.verifiers.judge import JudgeConfigError
+
+    if not (args.judge or args.group_judge):
+        return _fail("give --judge FILE (a pointwise judge), --group-judge FILE (a group judge), or both")
+    try:
+        tasks = [t for t in load_tasks(args.tasks, limit=args.limit) if t.answer]
+    except (FileNotFoundError, ValueError) as e:
+        return _fail(str(e))
+    if len(tasks) < 2:
+        return _fail(f"{args.tasks} has {len(tasks)} task(s) with a gold answer: the check needs at least 2")
+    try:
+        result = judge_check(tasks, args.judge, args.group_judge, Path(args.out))
+    except (JudgeConfigError, ValueError) as e:
+        return _fail(str(e))
+    print((Path(args.out) / "judge_check.md").read_text())
+    print(f"report: {Path(args.out) / 'judge_check.md'} (data: judge_check.json, judge_check.png)")
+    scored = result.get("pointwise", {}).get("scored", 0) + (result["group"]["calls"] - result["group"]["unreadable"]
+                                                             if "group" in result else 0)
+    if not scored:
+        return _fail("the judge scored nothing: every call failed or gave a reply its settings cannot read "
+                     "(see the report)")
+    return 0
+
+
 def cmd_bfcl_table(args: argparse.Namespace) -> int:
     from sleuth.agents.bfcl_table import bfcl_report
 
@@ -230,6 +257,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "reports (writes summary.md and summary.png there)")
     sm.add_argument("run", nargs="?", default="runs/main")
     sm.set_defaults(fn=cmd_summary)
+    jc = sub.add_parser("judge-check", help="how far an LLM judge agrees with a rule and how biased it is (position, "
+                        "length), on QA questions with gold answers")
+    jc.add_argument("--judge", metavar="FILE", help="a pointwise judge's settings (see docs/verifiers.md)")
+    jc.add_argument("--group-judge", metavar="FILE", help="a group judge's settings")
+    jc.add_argument("--tasks", default="hotpotqa:dev", help="QA tasks with gold answers (default hotpotqa:dev)")
+    jc.add_argument("--limit", type=bounded(int, 2), default=40, help="questions (default 40)")
+    jc.add_argument("--out", default="runs/judge_check", help="where judge_check.md / .json / .png go")
+    jc.set_defaults(fn=cmd_judge_check)
     s = sub.add_parser("score", help="score JSONL records (data-set layout + a 'response' field) with a verifier")
     s.add_argument("--verifier", required=True, help=f"a verifier: {verifiers}")
     s.add_argument("--input", required=True, help="JSONL records in their data set's layout, each with a 'response'")

@@ -9,6 +9,7 @@ EXAMPLES = {
     "eval": "sleuth eval --env sleuth/DocRead-v0 --tasks hotpotqa:test --limit 20 --policy smollm2 --out runs/ev",
     "compare": "sleuth compare runs/ev/smollm2-text runs/ev-trained/smollm2-text --out runs/compare",
     "summary": "sleuth summary runs/main",
+    "judge-check": "sleuth judge-check --judge judge.yaml --group-judge group.yaml --tasks hotpotqa:dev --limit 40",
     "view": "sleuth view runs/main/smollm2-text runs/main/trained-text --port 8765",
     "bfcl-table": "sleuth bfcl-table runs/bfcl/smollm2 runs/bfcl/trained --out runs/bfcl/compare",
     "score": "sleuth score --verifier qa --input answers.jsonl --out scored.jsonl",

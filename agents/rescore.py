@@ -45,10 +45,12 @@ def _scored(t: Trajectory) -> bool:
 
 def _with(t: Trajectory, v: Verdict | Exception) -> Trajectory:
     """`t` under its new verdict (its last turn's reward and the episode's moved by the change of score), or failed
-    when the verifier gave none."""
+    when the verifier gave none. The env's own details (F1, EM, support recall, ...) stay beside the new verifier's,
+    which win where a name is in both: the reports still show what the env measured."""
     if isinstance(v, Exception):
         return replace(t, verdict=None, error=f"verifier_error: {type(v).__name__}: {v}", stop_reason="verifier_error")
     assert t.verdict is not None
+    v = Verdict(v.score, {**t.verdict.details, **v.details}, response=v.response)
     delta = v.score - t.verdict.score
     turns = t.turns[:-1] + [replace(t.turns[-1], reward=t.turns[-1].reward + delta)] if t.turns else t.turns
     return replace(t, verdict=v, reward=t.reward + delta, turns=turns)

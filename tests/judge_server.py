@@ -55,5 +55,5 @@ def judge_file(tmp_path, url: str, **settings: Any) -> str:
 
     path = tmp_path / f"judge-{len(list(tmp_path.glob('judge-*.yaml')))}.yaml"
     path.write_text(yaml.safe_dump({"base_url": f"{url}/v1", "model": "scripted", "backoff_s": 0.01,
-                                    "timeout_s": 5, **settings}))
+                                    "timeout_s": 5, **settings}, sort_keys=False))
     return f"judge:{path}"

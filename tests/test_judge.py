@@ -68,6 +68,14 @@ def test_pointwise_judge_is_shown_the_task_and_its_reply_is_read_and_recorded(se
     _, url2 = serve(lambda m: "grade=2 ... on reflection grade=3")
     v = verdict(judge_file(tmp_path, url2, scale=4, score_pattern=r"grade=(\d)"), {"question": "q", "answer": "a"}, "x")
     assert v.score == pytest.approx(0.75)
+    # labels: a verdict word instead of a number (what small judges follow); a reply with none of them is junk
+    judge4, url4 = serve(lambda m: "No, the response names another city." if "Lyon" in m[-1]["content"] else "Yes.")
+    yes_no = judge_file(tmp_path, url4, labels={"yes": 1, "no": 0}, retries=0)
+    assert verdict(yes_no, TASK, "Paris").score == 1.0 and verdict(yes_no, TASK, "Lyon").score == 0.0
+    assert "Answer with one word: yes or no." in judge4.requests[0][-1]["content"]
+    _, url5 = serve(lambda m: "Maybe.")
+    with pytest.raises(JudgeUnavailable, match="none of yes, no"):
+        verdict(judge_file(tmp_path, url5, labels={"yes": 1, "no": 0}, retries=0), TASK, "Paris")
     # reference: false keeps the gold answer out of the prompt
     judge3, url3 = serve(lambda m: "SCORE: 10")
     verdict(judge_file(tmp_path, url3, reference=False), TASK, "Paris")
@@ -154,7 +162,8 @@ def test_a_judge_that_gives_no_answer_fails_the_episode_and_is_never_a_score(ser
     assert t.failed and t.stop_reason == "verifier_error" and t.verdict is None and "JudgeUnavailable" in t.error
     stats = rescorer.take_stats()
     assert stats.unavailable == 1
-    tries = 1 if fault == "http_401" else 3  # a refused request is not asked again; the rest are, twice more
+    # a refused request is not asked again, nor a greedy judge's junk (it would say the same); the rest are, twice
+    tries = 1 if fault in ("http_401", "junk") else 3
     assert stats.calls == tries and stats.retries == tries - 1
     if fault != "down":
         assert len(judge.requests) == tries
@@ -170,8 +179,8 @@ def test_a_judge_that_gives_no_answer_fails_the_episode_and_is_never_a_score(ser
 def test_a_flaky_judge_is_asked_again_and_counted(serve, tmp_path):
     answers = iter([500, "no score here", "SCORE: 7"])
     judge, url = serve(lambda m: next(answers))
-    rescorer = Rescorer(judge_file(tmp_path, url, retries=2), {TASK.id: TASK})
-    [t] = rescorer([episode("Paris")])
+    rescorer = Rescorer(judge_file(tmp_path, url, retries=2, temperature=0.7), {TASK.id: TASK})  # sampled: junk
+    [t] = rescorer([episode("Paris")])  # is worth asking again
     assert not t.failed and t.reward == pytest.approx(0.7)
     stats = rescorer.take_stats()
     assert (stats.calls, stats.retries, stats.errors, stats.junk, stats.unavailable) == (3, 2, 1, 1, 0)
@@ -181,7 +190,7 @@ def test_a_flaky_judge_is_asked_again_and_counted(serve, tmp_path):
 
 def test_a_group_reply_missing_a_member_is_junk(serve, tmp_path):
     judge, url = serve(lambda m: "RESPONSE 1 SCORE: 4")
-    name = judge_file(tmp_path, url, mode="group", retries=1)
+    name = judge_file(tmp_path, url, mode="group", retries=1, temperature=1.0)
     got = Rescorer(name, {TASK.id: TASK})([episode("a"), episode("b")])
     assert all(t.failed for t in got) and "no score for response(s) [2]" in got[0].error and len(judge.requests) == 2
 
@@ -196,7 +205,9 @@ def test_bad_judge_files_are_one_clear_error(tmp_path):
              ("base_url: http://x/v1\nmodel: m\nmode: pairwise\n", "mode must be one of pointwise, group"),
              ("base_url: http://x/v1\nmodel: m\nmode: group\nscore_pattern: 'S(\\d)'\n", "two groups"),
              ("model: m\n", "base_url"), ("- a\n", "mapping"), ("base_url: [\n", "not YAML"),
-             ("base_url: http://x/v1\nmodel: m\nweights: {qa: 1}\n", "judge a weight")]
+             ("base_url: http://x/v1\nmodel: m\nweights: {qa: 1}\n", "judge a weight"),
+             ("base_url: http://x/v1\nmodel: m\nmode: group\nlabels: {yes: 1}\n", "labels are for a pointwise"),
+             ("base_url: http://x/v1\nmodel: m\nlabels: {yes: 2}\n", "scores in \\[0, 1\\]")]
     for text, message in cases:
         with pytest.raises(JudgeConfigError, match=message):
             get_verifier(name(text))

@@ -63,6 +63,7 @@ def test_sleuth_eval_scores_an_envs_episodes_with_a_judge(serve, tmp_path):
     for t in trajs:  # the oracle answers right: the judge's 1.0 beside the env's own F1 of 1.0
         assert t.reward == pytest.approx(1.0) and t.verdict.details["terms"] == {"judge": 1.0, "env": 1.0}
         assert t.verdict.details["judge"]["reply"].endswith("SCORE: 10") and t.verdict.details["env"]["f1"] == 1.0
+        assert t.verdict.details["f1"] == 1.0  # the env's own details stay, for the reports
     summary = json.loads((out / "summary.json").read_text())
     assert summary["judge"]["judge/calls"] == 3 and summary["judge"]["judge/unavailable"] == 0
     assert json.loads((out / "run.json").read_text())["verifier"] == name  # part of the run's identity
@@ -213,3 +214,42 @@ def test_verl_and_openrlhf_adapters_carry_a_pointwise_judge(serve, tmp_path):
     prompt = "<|im_start|>user\nCapital of France?<|im_end|>\n<|im_start|>assistant\n"
     got = openrlhf_rewards(name, [prompt + "Lyon<|im_end|>", prompt + "Paris<|im_end|>"], [prompt] * 2, ["Paris"] * 2)
     assert got["rewards"] == [0.0, 1.0] and "Capital of France?" in judge.requests[-1][-1]["content"]
+
+
+def test_judge_check_measures_agreement_and_biases(serve, tmp_path):
+    """A judge that follows the reference exactly agrees perfectly and has no length bias; a group judge that
+    always prefers the member shown first has all of the position bias the check can show."""
+    _, fair_url = serve(right_or_wrong)
+    _, first_url = serve(lambda m: "RESPONSE 1 SCORE: 9\nRESPONSE 2 SCORE: 1")
+    out = tmp_path / "check"
+    r = sleuth("judge-check", "--judge", judge_file(tmp_path, fair_url).removeprefix("judge:"),
+               "--group-judge", judge_file(tmp_path, first_url, mode="group").removeprefix("judge:"),
+               "--tasks", "hotpotqa:dev", "--limit", "6", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads((out / "judge_check.json").read_text())
+    p, g = got["pointwise"], got["group"]
+    assert p["unreadable"] == 0 and p["agreement"]["accuracy_vs_em"]["value"] == 1.0
+    assert p["agreement"]["auc_vs_em"]["value"] == 1.0 and p["agreement"]["kappa_vs_em"]["value"] == 1.0
+    assert p["mean_score"]["gold"]["mean"] == 1.0 and p["mean_score"]["wrong"]["mean"] == 0.0
+    assert p["length_bias"]["padded_gold_minus_gold"]["mean"] == 0.0 and p["cost"]["calls"] == p["candidates"]
+    assert g["first_shown_wins"]["mean"] == 1.0 and g["same_pick_both_orders"]["mean"] == 0.0
+    assert g["gold_preferred"]["mean"] == 0.5 and g["padded_preferred"]["mean"] == 0.0 and g["calls"] == 24
+    assert (out / "judge_check.png").stat().st_size > 0 and "| first shown wins | 1.000" in (out / "judge_check.md"
+                                                                                           ).read_text()
+    # a judge that is down scored nothing: one line, non-zero
+    down = judge_file(tmp_path, f"http://127.0.0.1:{free_port()}", retries=0).removeprefix("judge:")
+    r = sleuth("judge-check", "--judge", down, "--limit", "3", "--out", str(tmp_path / "down"))
+    assert r.returncode != 0 and "scored nothing" in r.stderr and "Traceback" not in r.stderr
+    r = sleuth("judge-check", "--out", str(tmp_path / "none"))
+    assert r.returncode != 0 and "--judge FILE" in r.stderr
+
+
+def test_the_shipped_judge_files_load():
+    from pathlib import Path
+
+    from sleuth.verifiers.judge import JudgeConfig
+
+    files = sorted((Path(__file__).resolve().parents[1] / "configs" / "judges").glob("*.yaml"))
+    assert len(files) >= 3
+    modes = {JudgeConfig.load(f).mode for f in files}
+    assert modes == {"pointwise", "group"}

@@ -31,7 +31,7 @@ JUDGE_PREFIX = "judge:"  # `judge:FILE`: an LLM judge whose settings are in FILE
 def _judge(path: str) -> Any:
     from sleuth.verifiers.judge import load_judge
 
-    return load_judge(path)
+    return load_judge(path, rules=verdict)
 
 
 def group_verifier(name: str) -> GroupVerifier | None:

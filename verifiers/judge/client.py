@@ -1,7 +1,8 @@
 """Calls to the judge over the OpenAI API (the `openai` SDK), with what a judge that many episodes lean on needs:
-concurrency, a cache of earlier replies (a re-score makes no call), tries again on a failed call or an unreadable
-reply, and counts of calls, tokens and latency. A call that fails every try raises `JudgeUnavailable`: an
-infrastructure failure, which callers record as an episode that failed, never as a score."""
+concurrency, a cache of earlier replies (a re-score makes no call), tries again on a failed call (and on an
+unreadable reply from a judge that samples: at temperature 0 it would say the same again), and counts of calls,
+tokens and latency. A call that fails every try raises `JudgeUnavailable`: an infrastructure failure, which
+callers record as an episode that failed, never as a score."""
 
 from __future__ import annotations
 
@@ -97,8 +98,9 @@ class JudgeClient:
                 return value, Reply(hit["reply"], 0, 0, cached=True)
         from openai import APIConnectionError, APIStatusError, APITimeoutError
 
-        why = ""
+        why, tries = "", 0
         for attempt in range(self.cfg.retries + 1):
+            tries += 1
             if attempt:
                 with self._lock:
                     self.stats.retries += 1
@@ -128,14 +130,16 @@ class JudgeClient:
                 with self._lock:
                     self.stats.junk += 1
                 why = str(e)
+                if self.cfg.temperature == 0:
+                    break  # a greedy judge gives the same reply again: only a sampled one is worth asking twice
                 continue
             self._remember(key, text, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0)
             return value, Reply(text, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
                                 cached=False)
         with self._lock:
             self.stats.unavailable += 1
-        raise JudgeUnavailable(f"judge {self.cfg.model} at {self.cfg.base_url} gave no usable answer in "
-                               f"{self.cfg.retries + 1} tries: {why}")
+        raise JudgeUnavailable(f"judge {self.cfg.model} at {self.cfg.base_url} gave no usable answer in {tries} "
+                               f"{'try' if tries == 1 else 'tries'}: {why}")
 
     def map(self, fn: Callable[[R], T], items: Iterable[R]) -> list[T | Exception]:
         """`fn` over `items`, `concurrency` at a time; an item whose `fn` raised gives its exception."""

@@ -29,7 +29,9 @@ class JudgeConfig:
     `prompt` (optional) replaces the built-in prompt of the mode (placeholders: `{rubric}`, `{question}`,
     `{reference}`, `{response}`, `{scale}`, and for a group `{members}`, `{count}`). `score_pattern` is the
     regular expression that finds a score in the reply (pointwise: one group, the last match counts; group: two
-    groups, a member's number and its score, one match per member); scores run from 0 to `scale`.
+    groups, a member's number and its score, one match per member); scores run from 0 to `scale`. `labels`
+    (pointwise) reads a verdict word instead (e.g. `{yes: 1, no: 0}`: the first of them in the reply counts), which
+    small judges follow more often than a number format.
     `weights`: the judge's score beside other verifiers' (a registered name, or `env`: the env's own verdict where
     episodes are rescored), as their weighted mean."""
 
@@ -40,6 +42,7 @@ class JudgeConfig:
     prompt: str | None = None
     system: str = "You are a strict, fair grader. Follow the output format exactly."
     score_pattern: str | None = None  # None: the mode's own (`prompts.SCORE_PATTERNS`)
+    labels: dict[str, float] | None = None  # pointwise: words the judge answers with, each a score in [0, 1]
     scale: float = 10.0
     show: str = "answer"  # answer: the scored reply; transcript: the episode's turns (where episodes are rescored)
     max_chars: int = 4000  # a response or transcript longer than this is shown cut, with a marker
@@ -48,7 +51,7 @@ class JudgeConfig:
     temperature: float = 0.0
     max_tokens: int = 256
     timeout_s: float = 60.0
-    retries: int = 2  # further tries of a call that failed, timed out or gave a reply with no score in it
+    retries: int = 2  # further tries of a call that failed or timed out (or, at temperature > 0, gave no score)
     backoff_s: float = 1.0
     concurrency: int = 8  # judge calls in flight at once
     cache: str | None = None  # a JSONL file of earlier replies (relative: to the judge file): a re-score is free
@@ -77,6 +80,12 @@ class JudgeConfig:
         if not all(isinstance(w, int | float) and math.isfinite(w) and w >= 0 for w in self.weights.values()) \
                 or sum(self.weights.values()) <= 0:
             raise JudgeConfigError(f"{where}: weights must be finite, ≥ 0 and not all 0, got {self.weights}")
+        if self.labels is not None:
+            if self.mode == "group":
+                raise JudgeConfigError(f"{where}: labels are for a pointwise judge (a group judge scores each member)")
+            if not self.labels or not all(isinstance(k, str) and k.strip() and isinstance(v, int | float)
+                                          and 0 <= v <= 1 for k, v in self.labels.items()):
+                raise JudgeConfigError(f"{where}: labels must map words to scores in [0, 1], e.g. {{yes: 1, no: 0}}")
         if self.group_reward not in GROUP_REWARDS:
             raise JudgeConfigError(f"{where}: group_reward must be one of {', '.join(GROUP_REWARDS)}")
         if self.score_pattern is not None:

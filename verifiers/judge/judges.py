@@ -6,7 +6,7 @@ what it replied, so a score can always be traced to the words that gave it."""
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sleuth.verifiers.base import CannotScore, Verdict
@@ -41,16 +41,19 @@ def _what(cfg: JudgeConfig, response: str, context: Mapping[str, Any]) -> str:
     return transcript if cfg.show == "transcript" and isinstance(transcript, str) else response
 
 
+# how a judge scores the other verifiers its weights name: `rules(name, task, response, **context)` (the registry's
+# `verdict`, passed in by the registry, which knows every verifier)
+Rules = Callable[..., Verdict]
+
+
 class _Weighed:
     """The judge's score beside the other verifiers its `weights` name, as their weighted mean."""
 
-    cfg: JudgeConfig
-    client: JudgeClient
+    def __init__(self, cfg: JudgeConfig, rules: Rules | None = None):
+        self.cfg, self.client, self.rules = cfg, JudgeClient(cfg), rules
 
     def _combined(self, task: Any, response: str, judged: float, said: dict[str, Any],
                   context: Mapping[str, Any]) -> Verdict:
-        from sleuth.verifiers.registry import verdict
-
         terms = self.cfg.rule_terms
         if not terms:
             return Verdict(judged, {"judge": said}, response=response)
@@ -63,8 +66,11 @@ class _Weighed:
                                            f"verdict), which exists only where an env's episodes are rescored")
                 scores[name], details[name] = env.score, env.details
             else:
+                if self.rules is None:
+                    raise JudgeConfigError(f"judge {self.cfg.source}: weights name {name!r}: load the judge through "
+                                           f"the registry (judge:FILE) to score the verifiers beside it")
                 rule_context = {k: v for k, v in context.items() if k == "evidence"}
-                v = verdict(name, task, response, **rule_context)
+                v = self.rules(name, task, response, **rule_context)
                 scores[name], details[name] = v.score, v.details
         w = self.cfg.weights
         total = sum(w[k] * s for k, s in scores.items()) / sum(w.values())
@@ -81,9 +87,6 @@ def _said(cfg: JudgeConfig, messages: list[dict[str, str]], reply: Reply, **more
 
 
 class PointwiseJudge(_Weighed):
-    def __init__(self, cfg: JudgeConfig):
-        self.cfg, self.client = cfg, JudgeClient(cfg)
-
     def __call__(self, task: Any, response: str, **context: Any) -> Verdict:
         messages = pointwise_messages(self.cfg, shown(task, self.cfg), _what(self.cfg, response, context))
         score, reply = self.client.ask(messages, lambda text: read_pointwise(self.cfg, text))
@@ -96,9 +99,6 @@ class PointwiseJudge(_Weighed):
 
 
 class GroupJudge(_Weighed):
-    def __init__(self, cfg: JudgeConfig):
-        self.cfg, self.client = cfg, JudgeClient(cfg)
-
     def __call__(self, task: Any, response: str, **context: Any) -> Verdict:
         raise CannotScore(f"judge {self.cfg.source} is a group judge: it scores the members of a group together "
                           f"(sleuth train, sleuth eval --samples K, TRL's adapter); set mode: pointwise to score "
@@ -133,6 +133,7 @@ class GroupJudge(_Weighed):
         return out
 
 
-def load_judge(path: str) -> PointwiseJudge | GroupJudge:
+def load_judge(path: str, rules: Rules | None = None) -> PointwiseJudge | GroupJudge:
+    """The judge whose settings are in `path`; `rules` scores the verifiers its weights name beside it."""
     cfg = JudgeConfig.load(path)
-    return GroupJudge(cfg) if cfg.mode == "group" else PointwiseJudge(cfg)
+    return GroupJudge(cfg, rules) if cfg.mode == "group" else PointwiseJudge(cfg, rules)

@@ -25,6 +25,16 @@ Question: {question}
 Give your reasons in one or two sentences, then end with a line exactly like "SCORE: N",
 N a number from 0 to {scale}."""
 
+POINTWISE_LABELS = """Judge the response by this rubric: {rubric}
+
+Question: {question}
+{reference_line}Response:
+<<<
+{response}
+>>>
+
+Does the response meet the rubric? Answer with one word: {label_words}."""
+
 GROUP = """Grade each of the {count} responses below by this rubric: {rubric}
 Compare them with each other: a better response gets a higher score.
 
@@ -58,9 +68,10 @@ def _reference_line(cfg: JudgeConfig, shown: Shown) -> str:
 
 
 def pointwise_messages(cfg: JudgeConfig, shown: Shown, response: str) -> list[dict[str, str]]:
-    text = (cfg.prompt or POINTWISE).format(rubric=cfg.rubric, question=shown.question, scale=_num(cfg.scale),
-                                            reference=shown.reference or "", reference_line=_reference_line(cfg, shown),
-                                            response=cut(response, cfg.max_chars))
+    template = cfg.prompt or (POINTWISE_LABELS if cfg.labels else POINTWISE)
+    text = template.format(rubric=cfg.rubric, question=shown.question, scale=_num(cfg.scale),
+                           reference=shown.reference or "", reference_line=_reference_line(cfg, shown),
+                           response=cut(response, cfg.max_chars), label_words=" or ".join(cfg.labels or {}))
     return [{"role": "system", "content": cfg.system}, {"role": "user", "content": text}]
 
 
@@ -68,7 +79,7 @@ def group_messages(cfg: JudgeConfig, shown: Shown, responses: list[str]) -> list
     members = "\n".join(f"Response {i + 1}:\n<<<\n{cut(r, cfg.max_chars)}\n>>>" for i, r in enumerate(responses))
     text = (cfg.prompt or GROUP).format(rubric=cfg.rubric, question=shown.question, scale=_num(cfg.scale),
                                         reference=shown.reference or "", reference_line=_reference_line(cfg, shown),
-                                        members=members, count=len(responses), response="")
+                                        members=members, count=len(responses), response="", label_words="")
     return [{"role": "system", "content": cfg.system}, {"role": "user", "content": text}]
 
 
@@ -84,7 +95,13 @@ def _in_range(cfg: JudgeConfig, value: str, reply: str) -> float:
 
 
 def read_pointwise(cfg: JudgeConfig, reply: str) -> float:
-    """The last score in the reply, in [0, 1]."""
+    """The last score in the reply, in [0, 1]; with `labels`, the score of the first label word in it."""
+    if cfg.labels:
+        words = "|".join(re.escape(w) for w in sorted(cfg.labels, key=len, reverse=True))
+        first = re.search(rf"(?i)\b({words})\b", reply)
+        if first is None:
+            raise Junk(f"none of {', '.join(cfg.labels)} in the judge's reply {reply[-200:]!r}")
+        return float(next(v for k, v in cfg.labels.items() if k.lower() == first.group(1).lower()))
     found = re.findall(cfg.score_pattern or SCORE_PATTERNS["pointwise"], reply)
     if not found:
         raise Junk(f"no score in the judge's reply {reply[-200:]!r}")
