@@ -21,6 +21,8 @@ VLLM_WITHOUT ?= torchvision torchaudio torchcodec triton
 VERL_VENV ?= .venv-verl
 VERL ?= verl==0.9.1
 OPENRLHF ?= openrlhf==0.11.2
+# a judge verifier (judge:FILE) calls its endpoint with the openai SDK, in verl's and OpenRLHF's processes too
+OPENAI ?= openai==3.63.0
 VERL_STAMP := $(VERL_VENV)/.sleuth-verl-installed
 # verifiers (the `verifiers:` env family and its outbound form) pins openai<3 and mcp==2.0.0, which the main venv's
 # agent frameworks and openenv-core outgrow: its own venv, with sleuth's core (no torch) to serve its envs.
@@ -88,7 +90,7 @@ $(VERL_STAMP): Makefile $(STAMP)
 	test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
 	$(VERL_VENV)/bin/python $(PIP_INSTALL) "$(TORCH)"
 	$(SHARE) $(VERL_VENV)
-	$(VERL_VENV)/bin/python $(PIP_INSTALL) "$(VERL)" gymnasium
+	$(VERL_VENV)/bin/python $(PIP_INSTALL) "$(VERL)" gymnasium "$(OPENAI)"
 	$(SHARE) $(VERL_VENV)
 	$(VERL_VENV)/bin/python $(PIP_INSTALL) --no-deps "$(OPENRLHF)" -e .
 	$(VERL_VENV)/bin/python -c "import verl, openrlhf.utils.agent"

@@ -48,7 +48,7 @@ def _with(t: Trajectory, v: Verdict | Exception) -> Trajectory:
     when the verifier gave none. The env's own details (F1, EM, support recall, ...) stay beside the new verifier's,
     which win where a name is in both: the reports still show what the env measured."""
     if isinstance(v, Exception):
-        return replace(t, verdict=None, error=f"verifier_error: {type(v).__name__}: {v}", stop_reason="verifier_error")
+        return replace(t, verdict=None, error=f"{type(v).__name__}: {v}", stop_reason="verifier_error")
     assert t.verdict is not None
     v = Verdict(v.score, {**t.verdict.details, **v.details}, response=v.response)
     delta = v.score - t.verdict.score

@@ -253,3 +253,48 @@ def test_the_shipped_judge_files_load():
     assert len(files) >= 3
     modes = {JudgeConfig.load(f).mode for f in files}
     assert modes == {"pointwise", "group"}
+
+
+def _verl_python() -> str | None:
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / ".venv-verl" / "bin" / "python"
+    return str(path) if path.exists() else None
+
+
+@pytest.mark.skipif(_verl_python() is None, reason="no verl interpreter (make verl builds .venv-verl)")
+def test_verl_and_openrlhf_themselves_get_a_judges_scores(serve, tmp_path):
+    """verl 0.9's own loader and reward manager, and OpenRLHF 0.11's own reward client (over HTTP from `sleuth
+    serve verifier` and through the adapter file), score with a pointwise judge, in their venv."""
+    import os
+    from pathlib import Path
+
+    from sleuth.agents.models import resolve_model
+    from sleuth.verifiers.server import create_app
+
+    judge, url = serve(right_or_wrong)
+    name = judge_file(tmp_path, url)
+    adapters = Path(__file__).resolve().parents[1] / "verifiers" / "adapters"
+    rows = [{"prompt": "Capital of France?", "response": f"Answer: {a}", "data_source": "hotpotqa",
+             "ground_truth": "Paris", "extra_info": {"verifier": name, "question": "Capital of France?"}}
+            for a in ("Paris", "Lyon")]
+    spec = tmp_path / "verl.json"
+    spec.write_text(json.dumps({"tokenizer": str(resolve_model("smollm2")), "adapter": str(adapters / "verl.py"),
+                                "rows": rows}))
+    r = subprocess.run([_verl_python(), str(Path(__file__).with_name("verl_worker.py")), str(spec)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [1.0, 0.0]
+    assert sum("Question: Capital of France?" in m[-1]["content"] for m in judge.requests) == 2
+    prompt = "<|im_start|>user\nCapital of France?<|im_end|>\n<|im_start|>assistant\n"
+    qa = {"queries": [prompt + "Paris<|im_end|>", prompt + "Lyon<|im_end|>"], "prompts": [prompt] * 2,
+          "labels": ["Paris"] * 2}
+    with in_thread(create_app(name)) as server:
+        spec = tmp_path / "openrlhf.json"
+        spec.write_text(json.dumps({"calls": [{"url": f"{server}/get_reward", **qa},
+                                              {"url": str(adapters / "openrlhf.py"), **qa}]}))
+        r = subprocess.run([_verl_python(), str(Path(__file__).with_name("openrlhf_worker.py")), str(spec)],
+                           capture_output=True, text=True, timeout=300, env={**os.environ, "SLEUTH_VERIFIER": name})
+    assert r.returncode == 0, r.stderr[-3000:]
+    answers = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [[x for part in a for x in part["rewards"]] for a in answers] == [[1.0, 0.0]] * 2

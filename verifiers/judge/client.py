@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sleuth.verifiers.base import CannotScore
-from sleuth.verifiers.judge.config import JudgeConfig
+from sleuth.verifiers.judge.config import JudgeConfig, JudgeConfigError
 from sleuth.verifiers.judge.prompts import Junk
 
 T = TypeVar("T")
@@ -65,7 +65,11 @@ class Reply:
 
 class JudgeClient:
     def __init__(self, cfg: JudgeConfig):
-        from openai import OpenAI
+        try:
+            from openai import OpenAI
+        except ImportError:
+            raise JudgeConfigError(f"judge {cfg.source}: a judge calls its endpoint with the openai SDK, which is not "
+                                   f"installed: pip install 'sleuth[judge]'") from None
 
         self.cfg = cfg
         key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
