@@ -187,6 +187,7 @@ bench: setup verifiers
 	$(PY) bench/env_server.py
 	$(PY) bench/train_step.py
 	$(PY) bench/trl_grpo.py
+	$(PY) bench/trl_multiturn.py
 	$(PY) bench/recipe_speed.py
 	$(PY) bench/update_memory.py
 	$(PY) bench/rollout_loop.py
