@@ -53,15 +53,15 @@ def warm_start() -> Path:
     hf = WARM_DIR / "sft" / "hf"
     if (hf / "config.json").exists():
         return hf
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    from sleuth.agents.models import resolve_model
+    from sleuth.agents.models import load_causal_lm, resolve_model
 
     base = WARM_DIR / "base"
     src = resolve_model("smollm2")
     tok = AutoTokenizer.from_pretrained(src)
     tok.chat_template = qwen_template()
-    AutoModelForCausalLM.from_pretrained(src).save_pretrained(base)
+    load_causal_lm(src).save_pretrained(base)
     tok.save_pretrained(base)
     config = WARM_DIR / "sft.yaml"
     config.write_text(json.dumps({
@@ -106,9 +106,10 @@ def sleuth_arm(model: Path, overrides: dict[str, str]) -> dict[str, float]:
 
 
 def trl_arm(model: Path) -> dict[str, float]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from sleuth.agents.models import load_causal_lm
     from sleuth.envs.outbound.trl import environment_factory, task_dataset
     from sleuth.tasks import load_tasks
 
@@ -150,7 +151,7 @@ def trl_arm(model: Path) -> dict[str, float]:
                           epsilon=0.2, epsilon_high=0.28, loss_type="dapo", max_steps=STEPS + 1, logging_steps=1,
                           save_strategy="no", report_to="none", shuffle_dataset=False, seed=0,
                           dataloader_num_workers=0)
-        trainer = Timed(model=AutoModelForCausalLM.from_pretrained(model), processing_class=tok, args=args,
+        trainer = Timed(model=load_causal_lm(model), processing_class=tok, args=args,
                         train_dataset=task_dataset(DocRead), environment_factory=DocRead, callbacks=[clock])
         trainer.train()
         logs = trainer.state.log_history

@@ -32,7 +32,10 @@ def test_the_verdict_is_typed_and_round_trips_through_jsonl_exactly():
     line = t.to_json()
     back = Trajectory.from_json(line)
     assert isinstance(back.verdict, Verdict) and back.verdict == Verdict(1.0, {"em": 1.0, "prediction": "Ann"})
-    assert back.to_json() == line and json.loads(line)["verdict"] == {"score": 1.0, "details": back.verdict.details}
+    assert back.to_json() == line
+    assert json.loads(line)["verdict"] == {"score": 1.0, "details": back.verdict.details, "response": None}
+    scored = Verdict(0.5, {"f1": 0.5}, response="Ann Smith")  # the text scored, kept for a rescoring judge
+    assert Verdict.from_dict(json.loads(json.dumps(scored.to_dict()))) == scored
     unscored = Trajectory("t", "env", [1], error="reset failed")
     assert Trajectory.from_json(unscored.to_json()).verdict is None
 
