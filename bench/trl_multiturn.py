@@ -186,7 +186,9 @@ def main() -> None:
                     help="a training setting of the sleuth arm (e.g. update.micro_batch_tokens=2048), reported")
     ap.add_argument("--arms", default=",".join(ARMS), help="the arms to run (default both)")
     a = ap.parse_args()
-    sets = dict(kv.split("=", 1) for kv in a.sleuth_set)
+    import yaml
+
+    sets = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in a.sleuth_set)}  # values as `--set` reads them
     if a.arm:
         result = trl_arm(Path(a.model)) if a.arm == "trl" else sleuth_arm(Path(a.model), sets)
         result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
