@@ -30,6 +30,7 @@ from sleuth.agents.compare import bootstrap_ci
 from sleuth.tasks.base import Task
 from sleuth.verifiers.base import Verdict
 from sleuth.verifiers.judge import GroupJudge, JudgeStats, PointwiseJudge
+from sleuth.verifiers.judge.prompts import ranks
 from sleuth.verifiers.qa import exact_match, token_f1
 from sleuth.verifiers.registry import JUDGE_PREFIX, get_verifier, group_verifier
 
@@ -89,19 +90,7 @@ def _auc(pos: list[float], neg: list[float]) -> float | None:
 
 
 def _spearman(x: list[float], y: list[float]) -> float | None:
-    def ranks(v: list[float]) -> list[float]:
-        order = sorted(range(len(v)), key=lambda i: v[i])
-        r = [0.0] * len(v)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                r[order[k]] = (i + j) / 2
-            i = j + 1
-        return r
-
+    """Pearson's correlation of the ranks (tied values share their mean rank)."""
     if len(x) < 3:
         return None
     rx, ry = ranks(x), ranks(y)

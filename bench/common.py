@@ -106,3 +106,24 @@ def smollm2_update_setup(batch, micro_batch_tokens: int, gradient_checkpointing:
     upd = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=micro_batch_tokens, **update),  # type: ignore[arg-type]
                         LossConfig(entropy_coef=0.01), 0, temperature=0.8)
     return upd, trajs, advs
+
+
+def trl_step_clock():
+    """A TRL `TrainerCallback` that records each optimiser step's wall and CPU seconds (`walls`, `cpus`)."""
+    import time
+
+    from transformers import TrainerCallback
+
+    class StepClock(TrainerCallback):
+        def __init__(self):
+            self.walls: list[float] = []
+            self.cpus: list[float] = []
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.w, self.c = time.perf_counter(), time.process_time()
+
+        def on_step_end(self, args, state, control, **kw):
+            self.walls.append(time.perf_counter() - self.w)
+            self.cpus.append(time.process_time() - self.c)
+
+    return StepClock()

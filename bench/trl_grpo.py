@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 
-from common import cpu_name, publish
+from common import cpu_name, publish, trl_step_clock
 
 PROMPTS, GROUP, TOKENS, STEPS, LR = 4, 4, 32, 3, 1e-6
 ARMS = ("trl", "sleuth-zero2", "sleuth-zero0", "sleuth-zero2-unshared", "trl-bf16", "sleuth-zero0-bf16")
@@ -105,7 +105,7 @@ def sleuth_arm(zero_stage: int, share_prefix: bool = True, dtype: str = "fp32") 
 
 def trl_arm(bf16: bool = False) -> dict[str, float]:
     from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
+    from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     from sleuth.agents.models import load_causal_lm, resolve_model
@@ -118,18 +118,7 @@ def trl_arm(bf16: bool = False) -> dict[str, float]:
     def f1(completions, answers, **_):
         return [reward(c[0]["content"], a) for c, a in zip(completions, answers, strict=True)]
 
-    class Clock(TrainerCallback):
-        def __init__(self):
-            self.walls, self.cpus, self.tokens = [], [], 0
-
-        def on_step_begin(self, args, state, control, **kw):
-            self.w, self.c = time.perf_counter(), time.process_time()
-
-        def on_step_end(self, args, state, control, **kw):
-            self.walls.append(time.perf_counter() - self.w)
-            self.cpus.append(time.process_time() - self.c)
-
-    clock = Clock()
+    clock = trl_step_clock()
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(output_dir=out, use_cpu=True, bf16=bf16, per_device_train_batch_size=PROMPTS * GROUP,
                           num_generations=GROUP, max_completion_length=TOKENS,

@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import cpu_name, publish
+from common import cpu_name, publish, trl_step_clock
 
 TASKS_PER_STEP, GROUP, TURN_TOKENS, READS, STEPS, LR = 2, 4, 64, 3, 2, 1e-6
 COMPLETION_BUDGET = 1024
@@ -106,7 +106,7 @@ def sleuth_arm(model: Path, overrides: dict[str, str]) -> dict[str, float]:
 
 
 def trl_arm(model: Path) -> dict[str, float]:
-    from transformers import AutoTokenizer, TrainerCallback
+    from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     from sleuth.agents.models import load_causal_lm
@@ -130,18 +130,7 @@ def trl_arm(model: Path) -> dict[str, float]:
             self.gen_tokens.append(float(mask.sum()))
             return out
 
-    class Clock(TrainerCallback):
-        def __init__(self):
-            self.walls, self.cpus = [], []
-
-        def on_step_begin(self, args, state, control, **kw):
-            self.w, self.c = time.perf_counter(), time.process_time()
-
-        def on_step_end(self, args, state, control, **kw):
-            self.walls.append(time.perf_counter() - self.w)
-            self.cpus.append(time.process_time() - self.c)
-
-    clock = Clock()
+    clock = trl_step_clock()
     tok = AutoTokenizer.from_pretrained(model)
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(output_dir=out, use_cpu=True, bf16=False, per_device_train_batch_size=TASKS_PER_STEP * GROUP,

@@ -60,3 +60,20 @@ def _fp32_on_every_cpu(monkeypatch):
     from sleuth.training import engine
 
     monkeypatch.setattr(engine, "cpu_bf16_is_fast", lambda: False)
+
+
+@pytest.fixture
+def serve_judge():
+    """Starts scripted judges (`judge_server.ScriptedJudge`, served on loopback): `serve_judge(reply)` returns
+    (judge, base URL); each is stopped at the test's end."""
+    import contextlib
+
+    from judge_server import ScriptedJudge
+
+    from sleuth.net import in_thread
+
+    with contextlib.ExitStack() as stack:
+        def start(reply):
+            judge = ScriptedJudge(reply)
+            return judge, stack.enter_context(in_thread(judge.app()))
+        yield start

@@ -4,6 +4,7 @@ each request a test decides: a text, an HTTP status to fail with, or a delay pas
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,3 +58,8 @@ def judge_file(tmp_path, url: str, **settings: Any) -> str:
     path.write_text(yaml.safe_dump({"base_url": f"{url}/v1", "model": "scripted", "backoff_s": 0.01,
                                     "timeout_s": 5, **settings}, sort_keys=False))
     return f"judge:{path}"
+
+
+def members_shown(messages: list[dict[str, str]]) -> list[str]:
+    """The responses of a group judge's prompt, in the order the judge was shown them."""
+    return re.findall(r"Response \d+:\n<<<\n(.*?)\n>>>", messages[-1]["content"], flags=re.S)

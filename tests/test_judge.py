@@ -8,23 +8,18 @@ import re
 
 import numpy as np
 import pytest
-from judge_server import Hang, ScriptedJudge, judge_file
+from judge_server import Hang, judge_file, members_shown
 
 from sleuth import rewards
 from sleuth.agents.rescore import Rescorer
 from sleuth.agents.trajectory import Trajectory, Turn
-from sleuth.net import free_port, in_thread
+from sleuth.net import free_port
 from sleuth.tasks.base import Task
 from sleuth.verifiers.base import CannotScore, Verdict
 from sleuth.verifiers.judge import JudgeConfigError, JudgeUnavailable
 from sleuth.verifiers.registry import get_verifier, group_verifier, verdict
 
 TASK = Task("q1", "Which city is the capital of France?", "Paris")
-
-
-def members_shown(messages) -> list[str]:
-    """The responses of a group prompt, in the order the judge was shown them."""
-    return re.findall(r"Response \d+:\n<<<\n(.*?)\n>>>", messages[-1]["content"], flags=re.S)
 
 
 def score_by_digit(messages) -> str:
@@ -34,18 +29,6 @@ def score_by_digit(messages) -> str:
     return "They differ.\n" + "\n".join(lines)
 
 
-@pytest.fixture
-def serve():
-    """Serve a scripted judge; yields a function that starts one and returns (judge, url)."""
-    import contextlib
-
-    with contextlib.ExitStack() as stack:
-        def start(reply):
-            judge = ScriptedJudge(reply)
-            return judge, stack.enter_context(in_thread(judge.app()))
-        yield start
-
-
 def episode(response: str, group: str = "g", reward: float = 0.0) -> Trajectory:
     """A finished one-turn episode whose env scored `response` with `reward`."""
     turn = Turn([5, 6], [-0.1, -0.2], f"answer: {response}", reward=reward)
@@ -53,8 +36,8 @@ def episode(response: str, group: str = "g", reward: float = 0.0) -> Trajectory:
                       verdict=Verdict(reward, {"f1": reward}, response=response), group=group, stop_reason="final")
 
 
-def test_pointwise_judge_is_shown_the_task_and_its_reply_is_read_and_recorded(serve, tmp_path):
-    judge, url = serve(lambda m: "The answer matches the reference.\nSCORE: 8")
+def test_pointwise_judge_is_shown_the_task_and_its_reply_is_read_and_recorded(serve_judge, tmp_path):
+    judge, url = serve_judge(lambda m: "The answer matches the reference.\nSCORE: 8")
     name = judge_file(tmp_path, url, rubric="Is it right?")
     v = verdict(name, TASK, "It is Paris.")
     assert v.score == pytest.approx(0.8) and v.response == "It is Paris."
@@ -65,26 +48,26 @@ def test_pointwise_judge_is_shown_the_task_and_its_reply_is_read_and_recorded(se
     assert said["reply"].endswith("SCORE: 8") and said["prompt"] == prompt and said["model"] == "scripted"
     assert said["prompt_tokens"] > 0 and said["cached"] is False
     # a scale of its own and a pattern of its own; the last score in the reply counts
-    _, url2 = serve(lambda m: "grade=2 ... on reflection grade=3")
+    _, url2 = serve_judge(lambda m: "grade=2 ... on reflection grade=3")
     v = verdict(judge_file(tmp_path, url2, scale=4, score_pattern=r"grade=(\d)"), {"question": "q", "answer": "a"}, "x")
     assert v.score == pytest.approx(0.75)
     # labels: a verdict word instead of a number (what small judges follow); a reply with none of them is junk
-    judge4, url4 = serve(lambda m: "No, the response names another city." if "Lyon" in m[-1]["content"] else "Yes.")
+    judge4, url4 = serve_judge(lambda m: "No, it names another city." if "Lyon" in m[-1]["content"] else "Yes.")
     yes_no = judge_file(tmp_path, url4, labels={"yes": 1, "no": 0}, retries=0)
     assert verdict(yes_no, TASK, "Paris").score == 1.0 and verdict(yes_no, TASK, "Lyon").score == 0.0
     assert "Answer with one word: yes or no." in judge4.requests[0][-1]["content"]
-    _, url5 = serve(lambda m: "Maybe.")
+    _, url5 = serve_judge(lambda m: "Maybe.")
     with pytest.raises(JudgeUnavailable, match="none of yes, no"):
         verdict(judge_file(tmp_path, url5, labels={"yes": 1, "no": 0}, retries=0), TASK, "Paris")
     # reference: false keeps the gold answer out of the prompt
-    judge3, url3 = serve(lambda m: "SCORE: 10")
+    judge3, url3 = serve_judge(lambda m: "SCORE: 10")
     verdict(judge_file(tmp_path, url3, reference=False), TASK, "Paris")
     assert "Paris" not in judge3.requests[0][-1]["content"].replace("Response:\n<<<\nParis", "")
 
 
 @pytest.mark.parametrize("group_reward, want", [("rank", [1.0, 1 / 6, 2 / 3, 1 / 6]), ("score", [0.9, 0.3, 0.6, 0.3])])
-def test_a_group_judge_maps_one_comparison_to_grpo_advantages_as_documented(serve, tmp_path, group_reward, want):
-    judge, url = serve(score_by_digit)
+def test_a_group_judge_maps_one_comparison_to_grpo_advantages_as_documented(serve_judge, tmp_path, group_reward, want):
+    judge, url = serve_judge(score_by_digit)
     # seed 2 shows them as members 4, 1, 3, 2 (seed 0 happens to keep this group's order)
     name = judge_file(tmp_path, url, mode="group", group_reward=group_reward, seed=2)
     group = [episode(r) for r in ("answer 9", "answer 3", "answer 6", "also 3")]
@@ -107,8 +90,8 @@ def test_a_group_judge_maps_one_comparison_to_grpo_advantages_as_documented(serv
         assert list(hand) == pytest.approx([1.224745, -0.816497, 0.408248, -0.816497], abs=1e-5)
 
 
-def test_rescoring_keeps_groups_apart_and_leaves_unanswered_episodes(serve, tmp_path):
-    judge, url = serve(score_by_digit)
+def test_rescoring_keeps_groups_apart_and_leaves_unanswered_episodes(serve_judge, tmp_path):
+    judge, url = serve_judge(score_by_digit)
     name = judge_file(tmp_path, url, mode="group", group_reward="score")
     no_answer = Trajectory(TASK.id, "DocRead-v0", [1], turns=[Turn([5], [-0.1], "read 3")], truncated=True, group="a")
     trajs = [episode("x 2", "a"), no_answer, episode("x 7", "a"), episode("y 4", "b"), episode("y 1", "b")]
@@ -118,8 +101,8 @@ def test_rescoring_keeps_groups_apart_and_leaves_unanswered_episodes(serve, tmp_
     assert [t.group for t in got] == [t.group for t in trajs]
 
 
-def test_a_rescore_is_answered_from_the_cache(serve, tmp_path):
-    judge, url = serve(lambda m: "SCORE: 6")
+def test_a_rescore_is_answered_from_the_cache(serve_judge, tmp_path):
+    judge, url = serve_judge(lambda m: "SCORE: 6")
     cache = tmp_path / "judge-cache.jsonl"
     name = judge_file(tmp_path, url, cache=str(cache))
     rescorer = Rescorer(name, {TASK.id: TASK})
@@ -136,8 +119,8 @@ def test_a_rescore_is_answered_from_the_cache(serve, tmp_path):
     assert [t.reward for t in other([episode("Lyon")])] == [0.6] and len(judge.requests) == 2
 
 
-def test_weights_put_the_judge_beside_a_rule_and_the_envs_own_verdict(serve, tmp_path):
-    _, url = serve(lambda m: "SCORE: 5")
+def test_weights_put_the_judge_beside_a_rule_and_the_envs_own_verdict(serve_judge, tmp_path):
+    _, url = serve_judge(lambda m: "SCORE: 5")
     beside_qa = judge_file(tmp_path, url, weights={"judge": 1, "qa": 3})
     v = verdict(beside_qa, TASK, "Paris")
     assert v.score == pytest.approx((0.5 + 3 * 1.0) / 4)
@@ -150,10 +133,10 @@ def test_weights_put_the_judge_beside_a_rule_and_the_envs_own_verdict(serve, tmp
 
 
 @pytest.mark.parametrize("fault", ["junk", "http_500", "http_401", "hang", "down"])
-def test_a_judge_that_gives_no_answer_fails_the_episode_and_is_never_a_score(serve, tmp_path, fault):
+def test_a_judge_that_gives_no_answer_fails_the_episode_and_is_never_a_score(serve_judge, tmp_path, fault):
     replies = {"junk": lambda m: "I think it is fine.", "http_500": lambda m: 500, "http_401": lambda m: 401,
                "hang": lambda m: Hang(3.0), "down": lambda m: "SCORE: 9"}
-    judge, url = serve(replies[fault])
+    judge, url = serve_judge(replies[fault])
     if fault == "down":
         url = f"http://127.0.0.1:{free_port()}"
     name = judge_file(tmp_path, url, retries=2, timeout_s=0.5)
@@ -176,9 +159,9 @@ def test_a_judge_that_gives_no_answer_fails_the_episode_and_is_never_a_score(ser
     assert all(t.failed and t.verdict is None for t in got)
 
 
-def test_a_flaky_judge_is_asked_again_and_counted(serve, tmp_path):
+def test_a_flaky_judge_is_asked_again_and_counted(serve_judge, tmp_path):
     answers = iter([500, "no score here", "SCORE: 7"])
-    judge, url = serve(lambda m: next(answers))
+    judge, url = serve_judge(lambda m: next(answers))
     rescorer = Rescorer(judge_file(tmp_path, url, retries=2, temperature=0.7), {TASK.id: TASK})  # sampled: junk
     [t] = rescorer([episode("Paris")])  # is worth asking again
     assert not t.failed and t.reward == pytest.approx(0.7)
@@ -188,8 +171,8 @@ def test_a_flaky_judge_is_asked_again_and_counted(serve, tmp_path):
     assert m["judge/completion_tokens"] > 0 and m["judge/latency_s"] > 0
 
 
-def test_a_group_reply_missing_a_member_is_junk(serve, tmp_path):
-    judge, url = serve(lambda m: "RESPONSE 1 SCORE: 4")
+def test_a_group_reply_missing_a_member_is_junk(serve_judge, tmp_path):
+    judge, url = serve_judge(lambda m: "RESPONSE 1 SCORE: 4")
     name = judge_file(tmp_path, url, mode="group", retries=1, temperature=1.0)
     got = Rescorer(name, {TASK.id: TASK})([episode("a"), episode("b")])
     assert all(t.failed for t in got) and "no score for response(s) [2]" in got[0].error and len(judge.requests) == 2
@@ -219,13 +202,13 @@ def test_bad_judge_files_are_one_clear_error(tmp_path):
         get_verifier(group)
 
 
-def test_sleuth_score_and_the_verifier_server_use_a_judge(serve, tmp_path):
+def test_sleuth_score_and_the_verifier_server_use_a_judge(serve_judge, tmp_path):
     from fastapi.testclient import TestClient
 
     from sleuth.verifiers.batch import score_file
     from sleuth.verifiers.server import create_app
 
-    _, url = serve(lambda m: "SCORE: 10" if "Paris" in m[-1]["content"].split("Response:")[1] else "SCORE: 0")
+    _, url = serve_judge(lambda m: "SCORE: 10" if "Paris" in m[-1]["content"].split("Response:")[1] else "SCORE: 0")
     name = judge_file(tmp_path, url)
     records = tmp_path / "answers.jsonl"
     records.write_text(json.dumps({"question": TASK.question, "answer": "Paris", "response": "Paris"}) + "\n"

@@ -3,7 +3,6 @@ group judge over --samples), `sleuth train` (each group in one call, its counts 
 down fails groups, never scores them), TRL's GRPOTrainer through the adapter, and the verl / OpenRLHF adapters
 called as those trainers call them."""
 
-import contextlib
 import json
 import re
 import subprocess
@@ -11,6 +10,7 @@ import sys
 
 import pytest
 from judge_server import ScriptedJudge, judge_file
+from judge_server import members_shown as members
 
 from sleuth.agents.evaluate import load_trajectories
 from sleuth.net import free_port, in_thread
@@ -18,10 +18,6 @@ from sleuth.net import free_port, in_thread
 
 def sleuth(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sleuth.cli", *args], capture_output=True, text=True, timeout=timeout)
-
-
-def members(messages) -> list[str]:
-    return re.findall(r"Response \d+:\n<<<\n(.*?)\n>>>", messages[-1]["content"], flags=re.S)
 
 
 def by_length(messages) -> str:
@@ -42,17 +38,8 @@ def right_or_wrong(messages) -> str:
     return f"Compared with the reference.\nSCORE: {10 if reference.lower() in response.lower() else 0}"
 
 
-@pytest.fixture
-def serve():
-    with contextlib.ExitStack() as stack:
-        def start(reply):
-            judge = ScriptedJudge(reply)
-            return judge, stack.enter_context(in_thread(judge.app()))
-        yield start
-
-
-def test_sleuth_eval_scores_an_envs_episodes_with_a_judge(serve, tmp_path):
-    judge, url = serve(right_or_wrong)
+def test_sleuth_eval_scores_an_envs_episodes_with_a_judge(serve_judge, tmp_path):
+    judge, url = serve_judge(right_or_wrong)
     name = judge_file(tmp_path, url, weights={"judge": 1, "env": 1})
     out = tmp_path / "run"
     r = sleuth("eval", "--env", "DocRead-v0", "--policy", "oracle", "--tasks", "hotpotqa:test", "--limit", "3",
@@ -69,8 +56,8 @@ def test_sleuth_eval_scores_an_envs_episodes_with_a_judge(serve, tmp_path):
     assert json.loads((out / "run.json").read_text())["verifier"] == name  # part of the run's identity
 
 
-def test_sleuth_eval_with_a_group_judge_compares_a_tasks_samples(serve, tmp_path):
-    judge, url = serve(by_length)
+def test_sleuth_eval_with_a_group_judge_compares_a_tasks_samples(serve_judge, tmp_path):
+    judge, url = serve_judge(by_length)
     name = judge_file(tmp_path, url, mode="group", group_reward="rank")
     out = tmp_path / "run"
     r = sleuth("eval", "--env", "DocRead-v0", "--policy", "random", "--tasks", "hotpotqa:test", "--limit", "2",
@@ -87,7 +74,7 @@ def test_sleuth_eval_with_a_group_judge_compares_a_tasks_samples(serve, tmp_path
     assert r.returncode != 0 and "needs --samples" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_sleuth_eval_with_a_judge_that_is_down_scores_nothing_and_the_same_command_retries(serve, tmp_path):
+def test_sleuth_eval_with_a_judge_that_is_down_scores_nothing_and_the_same_command_retries(serve_judge, tmp_path):
     port = free_port()
     name = judge_file(tmp_path, f"http://127.0.0.1:{port}", retries=1)
     out = tmp_path / "run"
@@ -119,11 +106,11 @@ def test_sleuth_eval_with_a_judge_that_is_down_scores_nothing_and_the_same_comma
     assert len(trajs) == 2 and all(t.reward == 1.0 and not t.failed for t in trajs) and len(judge.requests) == 2
 
 
-def test_sleuth_train_takes_its_outcome_from_a_group_judge(serve, tiny_model_dir, tmp_path):
+def test_sleuth_train_takes_its_outcome_from_a_group_judge(serve_judge, tiny_model_dir, tmp_path):
     from sleuth.training.config import load_config
     from sleuth.training.trainer import Trainer
 
-    judge, url = serve(by_length_mod)
+    judge, url = serve_judge(by_length_mod)
     # shown the transcripts (the tiny model never answers: its responses are all empty, its actions are not)
     name = judge_file(tmp_path, url, mode="group", group_reward="rank", show="transcript")
     cfg = load_config(overrides={
@@ -163,10 +150,10 @@ def test_sleuth_train_never_scores_a_group_its_judge_could_not_judge(tiny_model_
     assert all(t.failed and t.stop_reason == "verifier_error" for t in got.seen)
 
 
-def test_trl_reward_with_a_group_judge_scores_each_prompts_completions_together(serve, tmp_path):
+def test_trl_reward_with_a_group_judge_scores_each_prompts_completions_together(serve_judge, tmp_path):
     from sleuth.verifiers.adapters import trl_reward
 
-    judge, url = serve(by_length)
+    judge, url = serve_judge(by_length)
     reward = trl_reward(judge_file(tmp_path, url, mode="group", group_reward="score", shuffle=False))
     prompts = [[{"role": "user", "content": "Capital of France?"}]] * 2 + [[{"role": "user", "content": "2+2?"}]] * 2
     completions = [[{"role": "assistant", "content": c}] for c in ("Paris", "It is Paris, in France", "4", "four")]
@@ -180,14 +167,14 @@ def test_trl_reward_with_a_group_judge_scores_each_prompts_completions_together(
 
 
 @pytest.mark.slow
-def test_trl_grpo_trainer_trains_on_a_group_judge(serve, tmp_path):
+def test_trl_grpo_trainer_trains_on_a_group_judge(serve_judge, tmp_path):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
     from sleuth.agents.models import embedded_model_dir
     from sleuth.verifiers.adapters import trl_reward
 
-    judge, url = serve(by_length)
+    judge, url = serve_judge(by_length)
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": q}], "answer": a}
                             for q, a in (("Which city is the capital of France?", "Paris"),
                                          ("Who wrote Hamlet?", "William Shakespeare"))])
@@ -202,11 +189,11 @@ def test_trl_grpo_trainer_trains_on_a_group_judge(serve, tmp_path):
     assert len(logged) == 1 and logged[0]["rewards/judge/mean"] == pytest.approx(0.5, abs=1e-6)  # ranks average ½
 
 
-def test_verl_and_openrlhf_adapters_carry_a_pointwise_judge(serve, tmp_path):
+def test_verl_and_openrlhf_adapters_carry_a_pointwise_judge(serve_judge, tmp_path):
     from sleuth.verifiers.adapters.openrlhf import openrlhf_rewards
     from sleuth.verifiers.adapters.verl import compute_score
 
-    judge, url = serve(right_or_wrong)
+    judge, url = serve_judge(right_or_wrong)
     name = judge_file(tmp_path, url)
     out = compute_score(data_source="hotpotqa", solution_str="Answer: Paris", ground_truth="Paris",
                         extra_info={"verifier": name, "question": "Capital of France?"})
@@ -216,11 +203,11 @@ def test_verl_and_openrlhf_adapters_carry_a_pointwise_judge(serve, tmp_path):
     assert got["rewards"] == [0.0, 1.0] and "Capital of France?" in judge.requests[-1][-1]["content"]
 
 
-def test_judge_check_measures_agreement_and_biases(serve, tmp_path):
+def test_judge_check_measures_agreement_and_biases(serve_judge, tmp_path):
     """A judge that follows the reference exactly agrees perfectly and has no length bias; a group judge that
     always prefers the member shown first has all of the position bias the check can show."""
-    _, fair_url = serve(right_or_wrong)
-    _, first_url = serve(lambda m: "RESPONSE 1 SCORE: 9\nRESPONSE 2 SCORE: 1")
+    _, fair_url = serve_judge(right_or_wrong)
+    _, first_url = serve_judge(lambda m: "RESPONSE 1 SCORE: 9\nRESPONSE 2 SCORE: 1")
     out = tmp_path / "check"
     r = sleuth("judge-check", "--judge", judge_file(tmp_path, fair_url).removeprefix("judge:"),
                "--group-judge", judge_file(tmp_path, first_url, mode="group").removeprefix("judge:"),
@@ -263,7 +250,7 @@ def _verl_python() -> str | None:
 
 
 @pytest.mark.skipif(_verl_python() is None, reason="no verl interpreter (make verl builds .venv-verl)")
-def test_verl_and_openrlhf_themselves_get_a_judges_scores(serve, tmp_path):
+def test_verl_and_openrlhf_themselves_get_a_judges_scores(serve_judge, tmp_path):
     """verl 0.9's own loader and reward manager, and OpenRLHF 0.11's own reward client (over HTTP from `sleuth
     serve verifier` and through the adapter file), score with a pointwise judge, in their venv."""
     import os
@@ -272,7 +259,7 @@ def test_verl_and_openrlhf_themselves_get_a_judges_scores(serve, tmp_path):
     from sleuth.agents.models import resolve_model
     from sleuth.verifiers.server import create_app
 
-    judge, url = serve(right_or_wrong)
+    judge, url = serve_judge(right_or_wrong)
     name = judge_file(tmp_path, url)
     adapters = Path(__file__).resolve().parents[1] / "verifiers" / "adapters"
     rows = [{"prompt": "Capital of France?", "response": f"Answer: {a}", "data_source": "hotpotqa",

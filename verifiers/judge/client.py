@@ -111,9 +111,9 @@ class JudgeClient:
                 time.sleep(self.cfg.backoff_s * 2 ** (attempt - 1))
             t0 = time.perf_counter()
             try:
-                out = self.api.chat.completions.create(model=self.cfg.model, messages=messages,  # type: ignore[arg-type]
-                                                       temperature=self.cfg.temperature,
-                                                       max_tokens=self.cfg.max_tokens)
+                out = self.api.chat.completions.create(
+                    model=self.cfg.model, messages=messages,  # type: ignore[arg-type]
+                    temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens)
             except APIStatusError as e:
                 self._count(time.perf_counter() - t0, error=True)
                 why = f"HTTP {e.status_code}: {str(e.message)[:200]}"
