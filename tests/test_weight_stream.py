@@ -30,7 +30,9 @@ def _receiver(port, prefix, plan, state, out):
     group = join("127.0.0.1", port, prefix, 1, 2, "gloo", 180.0)
     receive(group, mine, plan, torch.device("cpu"))
     group.shutdown()
-    out.put({k: v.clone() for k, v in mine.items()})
+    # numpy arrays pickle by value; a tensor would travel as a file descriptor that this process must still be
+    # alive to hand over, and it exits right after the put
+    out.put({k: v.numpy().copy() for k, v in mine.items()})
 
 
 def test_a_gloo_broadcast_between_processes_fills_the_other_copy_exactly_bucket_by_bucket():
@@ -55,7 +57,7 @@ def test_a_gloo_broadcast_between_processes_fills_the_other_copy_exactly_bucket_
     got = out.get(timeout=180)
     proc.join(30)
     assert sent == plan_bytes(plan) == sum(v.numel() * v.element_size() for v in state.values())
-    assert got.keys() == state.keys() and all(torch.equal(got[k], state[k]) for k in state)
+    assert got.keys() == state.keys() and all(torch.equal(torch.from_numpy(got[k]), state[k]) for k in state)
 
 
 def test_a_plan_that_does_not_fit_the_receiving_model_is_refused_by_name():
