@@ -45,8 +45,12 @@ class SampledLogprobs(LogitsProcessor):
 
 
 class TransformersPolicy:
+    """`model`'s weights loaded here, or `module`: a model already in memory (the trainer's own, on `device`),
+    run as it is, so that one process holds one copy of the weights."""
+
     def __init__(self, model: str = "smollm2", device: str | None = None, dtype: torch.dtype | None = None,
-                 max_batch: int = 8, share_prefill: bool = True, kv_keep_mb: int = 1024):
+                 max_batch: int = 8, share_prefill: bool = True, kv_keep_mb: int = 1024,
+                 module: torch.nn.Module | None = None):
         from transformers import AutoTokenizer, DynamicCache
         from transformers.cache_utils import DynamicLayer
 
@@ -56,7 +60,7 @@ class TransformersPolicy:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = load_causal_lm(path, dtype).to(self.device).eval()
+        self.model = module if module is not None else load_causal_lm(path, dtype).to(self.device).eval()
         self.max_batch = max_batch
         # The prefill is most of a turn's cost on a CPU (SmolLM2, 2 cores: 16 rows × 1,000 prompt tokens take
         # 64 s, 48 decode steps of those rows 7 s). A GRPO group's members start from the same prompt: it is
@@ -74,7 +78,9 @@ class TransformersPolicy:
         self._seeded: int | None = None
         self.max_context = int(getattr(self.model.config, "max_position_embeddings", 8192))
 
-    @torch.inference_mode()
+    # no_grad, not inference_mode: the module may be the trainer's, and a buffer a forward rewrites under
+    # inference_mode (a dynamic RoPE's inv_freq) could never be saved for a backward afterwards
+    @torch.no_grad()
     def generate(self, requests: list[Request], sampling: SamplingParams) -> list[Generation]:
         for i, r in enumerate(requests):
             if not r.prompt_ids or not all(isinstance(t, Integral) for t in r.prompt_ids):

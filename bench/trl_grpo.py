@@ -61,22 +61,26 @@ def sleuth_arm(zero_stage: int, share_prefix: bool = True, dtype: str = "fp32") 
     from sleuth.agents.models import load_causal_lm, resolve_model
     from sleuth.agents.policy import Request, SamplingParams
     from sleuth.agents.trajectory import Trajectory, Turn
+    from sleuth.training.cluster import ClusterConfig
+    from sleuth.training.config import RolloutConfig
     from sleuth.training.engine import EngineConfig, build_engine, init_distributed
     from sleuth.training.losses import LossConfig
-    from sleuth.training.rollout import TransformersRollout
+    from sleuth.training.rollouts import make_rollout
     from sleuth.training.update import PolicyUpdater, UpdateConfig
 
     init_distributed()
     path = resolve_model("smollm2")
-    engine = build_engine(load_causal_lm(path),
-                          EngineConfig(zero_stage=zero_stage, lr=LR, dtype=dtype))
+    engine_cfg = EngineConfig(zero_stage=zero_stage, lr=LR, dtype=dtype)
+    engine = build_engine(load_causal_lm(path), engine_cfg)
     tok = AutoTokenizer.from_pretrained(path)
     probe = tok.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True,
                                     return_dict=False)
-    rollout = TransformersRollout(path, "cpu", engine.module.dtype, probe, 1e-3, max_batch=PROMPTS * GROUP)
+    update_cfg = UpdateConfig(micro_batch_tokens=1 << 20, share_prefix=share_prefix)
+    # the engine `sleuth train` builds for these settings: in this process, running the trainer's own module
+    rollout = make_rollout(RolloutConfig(concurrency=PROMPTS * GROUP), ClusterConfig(), update_cfg, engine_cfg,
+                           engine.module, path, engine.module.dtype, probe)
     rollout.policy.stop_ids = [-1]  # no stop token: every completion is exactly TOKENS long, as on TRL's side
-    updater = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=1 << 20, share_prefix=share_prefix), LossConfig(),
-                            tok.pad_token_id or 0)
+    updater = PolicyUpdater(engine, update_cfg, LossConfig(), tok.pad_token_id or 0)
     grpo = rewards.make("grpo")
     qs = questions()
     walls, cpus = [], []

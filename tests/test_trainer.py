@@ -75,8 +75,10 @@ def test_train_steps_sync_and_log(tiny_model_dir, tmp_path):
     rows = trainer.train()
     assert [r["policy_version"] for r in rows] == [1, 2]
     assert all(r["grad_norm"] > 0 for r in rows)
+    # one process, whole weights: the engine runs the trainer's own module (nothing to copy, so no sync check)
+    assert trainer.rollout.policy.model is trainer.engine.module
     for r in rows:
-        assert r["sync/max_logit_diff"] <= 1e-3
+        assert "sync/max_logit_diff" not in r
         assert r["mismatch/mean"] < 1e-3  # transformers engine vs trainer recompute: same model, |Δ| ~ 0
         assert 0 <= r["groups/zero_var_wrong"] <= 1 and r["time/update"] > 0
         # health: the clamp never fires on policy; on policy with matching engines every group counts fully

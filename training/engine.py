@@ -147,6 +147,12 @@ def load_dtype(cfg: EngineConfig) -> torch.dtype:
     return resolved_dtype(cfg) if torch.cuda.is_available() else torch.float32
 
 
+def holds_whole_weights(cfg: EngineConfig) -> bool:
+    """Whether the engine's module holds the whole model as inference runs it: not at ZeRO-3 (each rank holds
+    a shard) and not with LoRA (the weights a rollout runs are base + adapter, merged)."""
+    return cfg.zero_stage < 3 and cfg.lora is None
+
+
 def deepspeed_config(cfg: EngineConfig) -> dict[str, Any]:
     zero: dict[str, Any] = {"stage": cfg.zero_stage}
     if cfg.offload:

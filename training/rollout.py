@@ -82,3 +82,30 @@ class TransformersRollout:
 
     def close(self) -> None:
         pass
+
+
+class SharedRollout:
+    """The in-process transformers policy running the trainer's own module: one copy of the weights in the
+    process instead of two (SmolLM2 in fp32: 0.54 GB less), and a sync with nothing to copy or check — the
+    engine reads the very tensors the optimizer updated in place. It is right only where the module holds
+    whole weights (ZeRO ≤ 2, no LoRA adapter to merge) and no rollout runs during an update
+    (`rollout.max_staleness: 0`); `make_rollout` picks it then. The update puts the module in train mode; the
+    sync puts it back in eval mode, which generation needs (no dropout, and a KV cache under checkpointing)."""
+
+    def __init__(self, module: torch.nn.Module, model_path: str, device: str, max_batch: int = 16,
+                 kv_keep_mb: int = 1024):
+        from sleuth.agents.hf import TransformersPolicy
+
+        self.policy = TransformersPolicy(model_path, device=device, max_batch=max_batch, kv_keep_mb=kv_keep_mb,
+                                         module=module)
+
+    def sync(self, module: torch.nn.Module) -> dict[str, float]:
+        if module is not self.policy.model:
+            raise WeightSyncError("the shared rollout engine runs the trainer's own module; it was asked to sync "
+                                  "another one")
+        module.eval()
+        self.policy.version += 1  # kept KV states of the old weights are never reused
+        return {}
+
+    def close(self) -> None:
+        pass

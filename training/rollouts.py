@@ -11,15 +11,18 @@ import torch
 from sleuth.envs.families.opponents import SELF
 from sleuth.training.cluster import ClusterConfig
 from sleuth.training.config import ConfigError, RolloutConfig
-from sleuth.training.rollout import RolloutEngine, TransformersRollout
+from sleuth.training.engine import EngineConfig, holds_whole_weights
+from sleuth.training.rollout import RolloutEngine, SharedRollout, TransformersRollout
 from sleuth.training.update import UpdateConfig
 
 
-def make_rollout(rollout: RolloutConfig, cluster: ClusterConfig, update: UpdateConfig, model_path: str,
-                 dtype: torch.dtype, probe_ids: list[int], world: int = 1) -> RolloutEngine:
+def make_rollout(rollout: RolloutConfig, cluster: ClusterConfig, update: UpdateConfig, engine: EngineConfig,
+                 module: torch.nn.Module, model_path: str, dtype: torch.dtype, probe_ids: list[int],
+                 world: int = 1) -> RolloutEngine:
     """`rollout.engine` under `cluster.backend`, its syncs checked within `update.sync_tolerance` (or
     `update.sync_tolerance_vllm`: other kernels compute the same weights' logprobs a little apart); `world`
-    training ranks share the cluster. Every engine computes in `dtype`, the trainer's resolved `engine.dtype`."""
+    training ranks share the cluster. Every engine computes in `dtype`, the trainer's resolved `engine.dtype`.
+    The transformers engine in this process runs the trainer's `module` itself where it can (`SharedRollout`)."""
     from sleuth.training.engine import device
 
     if cluster.backend == "ray":  # transformers or vLLM engines as Ray workers
@@ -30,6 +33,9 @@ def make_rollout(rollout: RolloutConfig, cluster: ClusterConfig, update: UpdateC
         from sleuth.training.vllm_rollout import VLLMRollout
 
         return VLLMRollout(rollout, model_path, probe_ids, update.sync_tolerance_vllm, dtype=dtype)
+    if rollout.max_staleness == 0 and holds_whole_weights(engine):
+        return SharedRollout(module, model_path, str(device()), max_batch=rollout.concurrency,
+                             kv_keep_mb=rollout.kv_keep_mb)
     return TransformersRollout(model_path, str(device()), dtype, probe_ids, update.sync_tolerance,
                                max_batch=rollout.concurrency, kv_keep_mb=rollout.kv_keep_mb)
 

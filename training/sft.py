@@ -309,11 +309,16 @@ class SFTTrainer:
                       "data/sampled_score": float(np.mean(scores)) if scores else 0.0}
 
     def _policy(self) -> Any:
-        """The rejection sampler: a transformers engine holding the current weights (sync verified)."""
+        """The rejection sampler: a transformers engine running the current weights (the trainer's module itself
+        where it holds whole weights, else a copy whose sync is verified)."""
         from sleuth.agents.chat import ChatRenderer
-        from sleuth.training.rollout import TransformersRollout
+        from sleuth.training.engine import holds_whole_weights
+        from sleuth.training.rollout import SharedRollout, TransformersRollout
 
-        if self._rollout is None:
+        if self._rollout is None and holds_whole_weights(self.cfg.engine):
+            self._rollout = SharedRollout(self.engine.module, self.model_path, str(device()),
+                                          max_batch=self.cfg.data.concurrency)
+        elif self._rollout is None:
             self._rollout = TransformersRollout(self.model_path, str(device()), self.model.dtype,
                                                 ChatRenderer(self.tokenizer).prompt_ids(PROBE), 1e-3,
                                                 max_batch=self.cfg.data.concurrency)

@@ -123,8 +123,8 @@ class Trainer:
                                      temperature=temperature, mixing=mixing, seed=cfg.seed + self.rank,
                                      distill=distill)
         self.probe_ids = ChatRenderer(self.tokenizer).prompt_ids(PROBE)
-        self.rollout = make_rollout(cfg.rollout, cfg.cluster, cfg.update, self.model_path, self.model.dtype,
-                                    self.probe_ids, self.world)
+        self.rollout = make_rollout(cfg.rollout, cfg.cluster, cfg.update, cfg.engine, self.engine.module,
+                                    self.model_path, self.model.dtype, self.probe_ids, self.world)
         self.make_env = self._env_factory()
         self.step, version = 0, 0
         self.replay: deque[list[str]] = deque()  # task ids of the steps a killed stream had issued (see `save`)
