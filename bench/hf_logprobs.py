@@ -3,7 +3,7 @@
 The usual way to get logprobs out of `model.generate` is `output_logits=True` (or `output_scores`) and a
 log-softmax over the stacked result: generate keeps every step's full-vocabulary fp32 logits until it
 returns. `TransformersPolicy` records each sampled token's logprob as generation goes
-(`agents/hf.py: SampledLogprobs`). Each way runs in a fresh process on the same model, prompts, seed and
+(`agents/hf.py: TokenSampler`). Each way runs in a fresh process on the same model, prompts, seed and
 length; the figure is the growth of peak RSS over the loaded model (CPU here; on a GPU the same tensors
 sit in GPU memory). The tiny SmolLM2-architecture model keeps the real 49,152-token vocabulary, so the
 logits dominate as they do at scale, and the run stays short.

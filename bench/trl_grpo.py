@@ -5,11 +5,15 @@ train questions (one user message: the question, "answer in a few words") × a g
 completions of exactly 32 tokens (no early stop on either side) at T = 1; the token F1 of each completion
 against the gold answer as its reward; group-standardised advantages; the PPO-clip loss (ε 0.2 / 0.28,
 no KL, token-mean over the batch: TRL's `dapo` loss type), one AdamW step at lr 1e-6 with grad clip 1.0.
-sleuth: `TransformersPolicy` (the rollout engine, its own copy of the weights, reused prefixes on),
-`grpo` advantages, `PolicyUpdater` on DeepSpeed (ZeRO-2, `sleuth train`'s default, and ZeRO-0; packed rows
-with a group's prompt laid out once, and, as a third arm, without that), then the weight sync into the
-engine (verified). TRL: `GRPOTrainer` (generation with the training model itself,
-so it has no sync).
+sleuth: `TransformersPolicy` (the rollout engine `sleuth train` builds here: in this process, running the
+trainer's own module, reused prefixes on), `grpo` advantages, `PolicyUpdater` on DeepSpeed (ZeRO-2, `sleuth
+train`'s default, and ZeRO-0; packed rows with a group's prompt laid out once, and, as a third arm, without
+that), then the weight sync (nothing to copy: the engine runs the updated module). TRL: `GRPOTrainer`
+(generation with the training model itself, so it has no sync either).
+
+Activation checkpointing: TRL's `GRPOConfig` turns it on by default (`gradient_checkpointing=True`), sleuth's
+`engine.gradient_checkpointing` is off by default. The arms above run each side's default; one more sleuth arm
+(ZeRO-0) turns it on, the like-for-like comparison of memory.
 
 Two more arms at the other precision each side offers: TRL with `bf16=True` (on the CPU, HF's Trainer keeps
 fp32 weights and runs under bf16 autocast) and sleuth ZeRO-0 with `engine.dtype: bf16` (bf16 weights with
@@ -35,7 +39,14 @@ import time
 from common import cpu_name, publish, trl_step_clock
 
 PROMPTS, GROUP, TOKENS, STEPS, LR = 4, 4, 32, 3, 1e-6
-ARMS = ("trl", "sleuth-zero2", "sleuth-zero0", "sleuth-zero2-unshared", "trl-bf16", "sleuth-zero0-bf16")
+# each sleuth arm's settings: engine.zero_stage, update.share_prefix, engine.dtype, engine.gradient_checkpointing
+SLEUTH_ARMS = {
+    "sleuth-zero2": (2, True, "fp32", False), "sleuth-zero0": (0, True, "fp32", False),
+    "sleuth-zero2-unshared": (2, False, "fp32", False), "sleuth-zero0-ckpt": (0, True, "fp32", True),
+    "sleuth-zero0-bf16": (0, True, "bf16", False),
+}
+ARMS = ("trl", "sleuth-zero2", "sleuth-zero0", "sleuth-zero2-unshared", "sleuth-zero0-ckpt", "trl-bf16",
+        "sleuth-zero0-bf16")
 
 
 def questions() -> list[tuple[str, str, list[str]]]:
@@ -53,7 +64,7 @@ def reward(text: str, answers: list[str]) -> float:
     return max(token_f1(text, a) for a in answers)
 
 
-def sleuth_arm(zero_stage: int, share_prefix: bool = True, dtype: str = "fp32") -> dict[str, float]:
+def sleuth_arm(zero_stage: int, share_prefix: bool, dtype: str, checkpointing: bool) -> dict[str, float]:
     import numpy as np
     from transformers import AutoTokenizer
 
@@ -70,7 +81,7 @@ def sleuth_arm(zero_stage: int, share_prefix: bool = True, dtype: str = "fp32") 
 
     init_distributed()
     path = resolve_model("smollm2")
-    engine_cfg = EngineConfig(zero_stage=zero_stage, lr=LR, dtype=dtype)
+    engine_cfg = EngineConfig(zero_stage=zero_stage, lr=LR, dtype=dtype, gradient_checkpointing=checkpointing)
     engine = build_engine(load_causal_lm(path), engine_cfg)
     tok = AutoTokenizer.from_pretrained(path)
     probe = tok.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True,
@@ -154,8 +165,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.arm:
         bf16 = a.arm.endswith("-bf16")
-        result = trl_arm(bf16) if a.arm.startswith("trl") else \
-            sleuth_arm(int(a.arm[len("sleuth-zero")]), "unshared" not in a.arm, "bf16" if bf16 else "fp32")
+        result = trl_arm(bf16) if a.arm.startswith("trl") else sleuth_arm(*SLEUTH_ARMS[a.arm])
         result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         print(json.dumps(result))
         return
@@ -163,17 +173,19 @@ def main() -> None:
 
     arms = [arm for arm in ARMS if cpu_bf16_is_fast() or not arm.endswith("-bf16")]
     results = {arm: run_arm(arm) for arm in arms}
-    rows = ["| arm | wall s / step | CPU s / step | vs TRL (CPU s) | completion tokens / step | peak RSS GB |",
-            "|---|---|---|---|---|---|"]
-    names = {"trl": "TRL GRPOTrainer", "sleuth-zero2": "sleuth, ZeRO-2 (default)", "sleuth-zero0": "sleuth, ZeRO-0",
+    rows = ["| arm | wall s / step | CPU s / step | vs TRL (CPU s) | completion tokens / step | peak RSS GB | "
+            "vs TRL (RSS) |", "|---|---|---|---|---|---|---|"]
+    names = {"trl": "TRL GRPOTrainer (its defaults: gradient checkpointing on)",
+             "sleuth-zero2": "sleuth, ZeRO-2 (default)", "sleuth-zero0": "sleuth, ZeRO-0",
              "sleuth-zero2-unshared":
                  "sleuth, ZeRO-2, each member's prompt in the update (`update.share_prefix: false`)",
+             "sleuth-zero0-ckpt": "sleuth, ZeRO-0, `engine.gradient_checkpointing: true` (TRL's default is on)",
              "trl-bf16": "TRL GRPOTrainer, `bf16=True` (on the CPU: fp32 weights, bf16 autocast)",
              "sleuth-zero0-bf16": "sleuth, ZeRO-0, `engine.dtype: bf16` (bf16 weights, fp32 masters; engine in bf16)"}
     for arm, r in results.items():
         base = results["trl-bf16" if arm.endswith("-bf16") else "trl"]
         rows.append(f"| {names[arm]} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['cpu_s'] / base['cpu_s']:.2f}× | "
-                    f"{r['tokens']:.0f} | {r['peak_rss_gb']:.1f} |")
+                    f"{r['tokens']:.0f} | {r['peak_rss_gb']:.2f} | {r['peak_rss_gb'] / base['peak_rss_gb']:.2f}× |")
     publish("trl_grpo", "One GRPO step: sleuth vs TRL's GRPOTrainer",
             f"{PROMPTS} prompts × {GROUP} completions × {TOKENS} tokens, SmolLM2 on the CPU, medians of "
             f"{STEPS} steps after a warm-up, each arm in a fresh process; {cpu_name()}; "

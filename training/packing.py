@@ -113,14 +113,23 @@ def segment_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
 
     blocks = kwargs.pop("sleuth_blocks", None)
     if blocks is not None and query.shape[0] == 1 and query.shape[2] == key.shape[2]:
-        return torch.cat([_block(module, query, key, value, block, dropout, scaling) for block in blocks], dim=1), None
+        q, k, v = (_pieces(t, [(qa, qb) for qa, qb, _ in blocks]) for t in (query, key, value))
+        return torch.cat([_block(module, q, k, v, block, dropout, scaling) for block in blocks], dim=1), None
     spans = segments(position_ids[0]) if position_ids is not None and query.shape[0] == 1 else []
     if len(spans) < 2 or query.shape[2] != key.shape[2]:  # not a packed row (or a cached decode): plain SDPA
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
-    outs = [sdpa_attention_forward(module, query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], None,
-                                   dropout=dropout, scaling=scaling, is_causal=True)[0] for a, b in spans]
+    q, k, v = (_pieces(t, spans) for t in (query, key, value))
+    outs = [sdpa_attention_forward(module, q[a], k[a], v[a], None, dropout=dropout, scaling=scaling,
+                                   is_causal=True)[0] for a, _ in spans]
     return torch.cat(outs, dim=1), None
+
+
+def _pieces(t: torch.Tensor, spans: list[tuple[int, int]]) -> dict[int, torch.Tensor]:
+    """(B, heads, L, D) cut along L into the consecutive `spans` that cover it, by start. One split, not a
+    slice per span: a slice's backward writes its gradient into a zero tensor the size of the whole row, so a
+    row of n spans would allocate and add n row-sized tensors per layer; a split's backward is one cat."""
+    return dict(zip([a for a, _ in spans], t.split([b - a for a, b in spans], dim=2), strict=True))
 
 
 def use_segment_attention(model: torch.nn.Module) -> bool:
@@ -138,17 +147,20 @@ def use_segment_attention(model: torch.nn.Module) -> bool:
     return True
 
 
-def _block(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-           block: tuple[int, int, tuple[tuple[int, int], ...]], dropout: float, scaling: float | None) -> torch.Tensor:
+def _block(module: torch.nn.Module, query: dict[int, torch.Tensor], key: dict[int, torch.Tensor],
+           value: dict[int, torch.Tensor], block: tuple[int, int, tuple[tuple[int, int], ...]], dropout: float,
+           scaling: float | None) -> torch.Tensor:
+    """One block's attention; `query`, `key`, `value`: the row's pieces by the start of their block (a prefix
+    span is an earlier block)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     qa, qb, spans = block
-    q, k, v = query[:, :, qa:qb], key[:, :, qa:qb], value[:, :, qa:qb]
+    q, k, v = query[qa], key[qa], value[qa]
     if not spans:
         return sdpa_attention_forward(module, q, k, v, None, dropout=dropout, scaling=scaling, is_causal=True)[0]
     n, p = qb - qa, sum(pb - pa for pa, pb in spans)
-    mask = torch.ones(n, p + n, dtype=torch.bool, device=query.device)
-    mask[:, p:] = torch.ones(n, n, dtype=torch.bool, device=query.device).tril()
-    keys = torch.cat([*(key[:, :, pa:pb] for pa, pb in spans), k], 2)
-    values = torch.cat([*(value[:, :, pa:pb] for pa, pb in spans), v], 2)
+    mask = torch.ones(n, p + n, dtype=torch.bool, device=q.device)
+    mask[:, p:] = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+    keys = torch.cat([*(key[pa] for pa, _ in spans), k], 2)
+    values = torch.cat([*(value[pa] for pa, _ in spans), v], 2)
     return sdpa_attention_forward(module, q, keys, values, mask[None, None], dropout=dropout, scaling=scaling)[0]

@@ -279,7 +279,7 @@ class LoraModels:
         """One generation over every row (each prompt `ns[i]` times, left-padded to the longest)."""
         from transformers import LogitsProcessorList
 
-        from sleuth.agents.hf import SampledLogprobs
+        from sleuth.agents.hf import TokenSampler
 
         for prompt in prompts:
             self.check_prompt(prompt)
@@ -290,15 +290,12 @@ class LoraModels:
                                  f"of {self.max_context}")
         stop_ids = [self.tokenizer.eos_token_id] if stop is None else [s for s in stop if isinstance(s, int)]
         stop_strs = [s for s in (stop or []) if isinstance(s, str)]
-        greedy = temperature <= 0
-        recorder = SampledLogprobs(1.0 if greedy else temperature)
-        kwargs = dict(max_new_tokens=max_tokens if max_tokens is not None else room, do_sample=not greedy,
+        recorder = TokenSampler(temperature, top_p, max(top_k, 0))
+        kwargs = dict(max_new_tokens=max_tokens if max_tokens is not None else room, do_sample=False,
                       eos_token_id=stop_ids or None, logits_processor=LogitsProcessorList(
                           [recorder]), pad_token_id=self.tokenizer.pad_token_id or 0)
         if stop_strs:
             kwargs.update(stop_strings=stop_strs, tokenizer=self.tokenizer)
-        if not greedy:
-            kwargs.update(temperature=temperature, top_p=top_p, top_k=max(top_k, 0))
         # n rows per prompt (not num_return_sequences, which greedy decoding refuses), left-padded
         rows = [p for p, n in zip(prompts, ns, strict=True) for _ in range(n)]
         ids = torch.full((len(rows), width), kwargs["pad_token_id"], dtype=torch.long)
