@@ -8,8 +8,10 @@ tools at all, both sides start from one warm start: `sleuth sft` on 60 scripted 
 (cached in ~/.cache/sleuth/bench; a few minutes, once). Per step 2 questions × a group of 4 episodes at T = 1;
 the reward is the env's verifier (token F1 of the answer); group-standardised advantages; PPO-clip (ε 0.2 /
 0.28), token mean, no KL; one AdamW step at lr 1e-6, grad clip 1.0. sleuth: `Trainer` as `sleuth train` runs it
-(the continuous agent loop with KV states kept across an episode's turns, packing, the verified sync) with the
-shipped 2-core recipes' engine settings (ZeRO-0, 2,048 tokens a forward/backward), 64 tokens a turn. TRL:
+(the continuous agent loop with KV states kept across an episode's turns, packing; the engine runs the trainer's
+own module) with the shipped 2-core recipes' engine settings (ZeRO-0, 2,048 tokens a forward/backward), 64 tokens
+a turn. TRL's `GRPOConfig` turns activation checkpointing on by default, sleuth's is off: `--sleuth-set
+engine.gradient_checkpointing=true` compares memory like for like. TRL:
 `GRPOTrainer(environment_factory=...)` with sleuth's env as its tool class (`sleuth.envs.outbound.trl`), 4
 tool-calling iterations, a 1,024-token completion budget (tool results count in it), generation by the training
 model (TRL's default without vLLM).
