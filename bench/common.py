@@ -20,14 +20,16 @@ def train_recipe(model: str, steps: int, overrides: dict) -> tuple:
         return cfg, Trainer(cfg, progress=False).train()
 
 
-def run_arm(script: str, model: str, arm: str) -> dict:
-    """One arm of `script` in a fresh process (`script --model MODEL --arm ARM`, which prints its result as the
-    last JSON line): what it measures (peak memory, one-time set-up) is then that arm's alone."""
+def run_arm(script: str, arm: str, args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> dict:
+    """One arm of `script` in a fresh process (`script --arm ARM *args`, which prints its result as the last JSON
+    line): what it measures (peak memory, one-time set-up) is then that arm's alone."""
     import json
+    import os
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, script, "--model", model, "--arm", arm], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, script, "--arm", arm, *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
     line = next((x for x in reversed(proc.stdout.splitlines()) if x.startswith("{")), None)
     if proc.returncode or line is None:
         raise RuntimeError(f"arm {arm!r} failed:\n{proc.stderr[-3000:]}")

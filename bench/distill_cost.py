@@ -53,7 +53,7 @@ def main() -> None:
     if args.arm:
         print(json.dumps(arm(model, arms(model)[args.arm])))
         return
-    results = {name: run_arm(__file__, model, name) for name in arms(model)}
+    results = {name: run_arm(__file__, name, ("--model", model)) for name in arms(model)}
     lines = [f"Model `{model}`, `configs/docread_cigpo.yaml`, 8 episodes a step; {cpu_name()}. Medians over steps "
              f"2–{STEPS} (step 1 is a warm-up); each arm in a fresh process, peak RSS of that process.", "",
              "| arm | CPU s / step | × RL alone | teacher s / step | peak RSS GB | × RL alone |",

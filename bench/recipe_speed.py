@@ -87,7 +87,7 @@ def main() -> None:
     from sleuth.training.engine import cpu_bf16_is_fast
 
     names = [n for n in ARMS if n != "recipe" or cpu_bf16_is_fast()]
-    results = {name: run_arm(__file__, model, name) for name in names}
+    results = {name: run_arm(__file__, name, ("--model", model)) for name in names}
     lines = [f"Model `{model}`, `configs/docread_cigpo.yaml`, 8 episodes a step; {cpu_name()}. Medians over "
              f"steps 2–{STEPS} (step 1 is a warm-up); each arm in a fresh process."
              + ("" if "recipe" in results else " No AMX-BF16 here: `engine.dtype: auto` is fp32, so the recipe "

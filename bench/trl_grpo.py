@@ -31,12 +31,10 @@ import argparse
 import json
 import resource
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
-from common import cpu_name, publish, trl_step_clock
+from common import cpu_name, publish, run_arm, trl_step_clock
 
 PROMPTS, GROUP, TOKENS, STEPS, LR = 4, 4, 32, 3, 1e-6
 # each sleuth arm's settings: engine.zero_stage, update.share_prefix, engine.dtype, engine.gradient_checkpointing
@@ -151,14 +149,6 @@ def trl_arm(bf16: bool = False) -> dict[str, float]:
             "tokens": (lengths[-1] if lengths else float("nan")) * PROMPTS * GROUP}
 
 
-def run_arm(arm: str) -> dict[str, float]:
-    out = subprocess.run([sys.executable, __file__, "--arm", arm], capture_output=True, text=True)
-    line = next((x for x in reversed(out.stdout.splitlines()) if x.startswith("{")), None)
-    if out.returncode or line is None:
-        raise RuntimeError(f"arm {arm} failed:\n{out.stderr[-3000:]}")
-    return json.loads(line)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arm", choices=ARMS)
@@ -172,7 +162,7 @@ def main() -> None:
     from sleuth.training.engine import cpu_bf16_is_fast
 
     arms = [arm for arm in ARMS if cpu_bf16_is_fast() or not arm.endswith("-bf16")]
-    results = {arm: run_arm(arm) for arm in arms}
+    results = {arm: run_arm(__file__, arm) for arm in arms}
     rows = ["| arm | wall s / step | CPU s / step | vs TRL (CPU s) | completion tokens / step | peak RSS GB | "
             "vs TRL (RSS) |", "|---|---|---|---|---|---|---|"]
     names = {"trl": "TRL GRPOTrainer (its defaults: gradient checkpointing on)",

@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import cpu_name, publish, trl_step_clock
+from common import cpu_name, publish, run_arm, trl_step_clock
 
 TASKS_PER_STEP, GROUP, TURN_TOKENS, READS, STEPS, LR = 2, 4, 64, 3, 2, 1e-6
 COMPLETION_BUDGET = 1024
@@ -158,16 +158,6 @@ def trl_arm(model: Path) -> dict[str, float]:
             "update_s": statistics.median(clock.walls[1:]) - statistics.median(Timed.gen_walls[1:]), "sync_s": 0.0}
 
 
-def run_arm(arm: str, model: Path, sets: list[str]) -> dict[str, float]:
-    out = subprocess.run([sys.executable, __file__, "--arm", arm, "--model", str(model),
-                          *[x for kv in sets for x in ("--sleuth-set", kv)]], capture_output=True,
-                         text=True, env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"})
-    line = next((x for x in reversed(out.stdout.splitlines()) if x.startswith("{")), None)
-    if out.returncode or line is None:
-        raise RuntimeError(f"arm {arm} failed:\n{out.stderr[-3000:]}")
-    return json.loads(line)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arm", choices=ARMS)
@@ -188,9 +178,11 @@ def main() -> None:
     model = warm_start()
     arms = [x for x in a.arms.split(",") if x]
     runs = {arm: [] for arm in arms}
+    arm_sets = [x for kv in a.sleuth_set for x in ("--sleuth-set", kv)]
     for k in range(a.repeat):
         for arm in arms:
-            runs[arm].append(run_arm(arm, model, a.sleuth_set))
+            runs[arm].append(run_arm(__file__, arm, ("--model", str(model), *arm_sets),
+                                     env={"TRL_EXPERIMENTAL_SILENCE": "1"}))
             print(f"run {k + 1} {arm}: {json.dumps(runs[arm][-1])}", file=sys.stderr, flush=True)
     rows = ["| run | arm | wall s / step | CPU s / step | policy tokens / step | turns / episode | CPU ms / token "
             "| vs TRL (CPU / token) | generation s | update s | sync s | peak RSS GB | mean reward |",
