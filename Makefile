@@ -69,7 +69,7 @@ $(STAMP): pyproject.toml setup.py Makefile examples/sql_env/pyproject.toml
 	$(PY) $(PIP_INSTALL) --no-deps "$(BFCL)"
 	# The example plugin (examples/sql_env): installed so its env, tasks and verifier register by entry point.
 	$(PY) $(PIP_INSTALL) --no-deps -e examples/sql_env
-	$(PY) -c "from sleuth.agents.models import embedded_model_dir; print('embedded model:', embedded_model_dir())"
+	$(PY) -c "from sleuth.agents.policies.models import embedded_model_dir; print('embedded model:', embedded_model_dir())"
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -123,8 +123,8 @@ def reports_reads(env: str) -> bool:
     """Whether the env's turns carry read events (`Turn.read`), from one scripted-oracle episode of a train
     question: the oracle reads or opens every supporting document."""
     import sleuth as sl
-    from sleuth.agents.loop import run_episodes
-    from sleuth.agents.policies import load_policy
+    from sleuth.agents.loop.episodes import run_episodes
+    from sleuth.agents.policies.load import load_policy
     from sleuth.tasks import load_tasks
 
     trajs = list(run_episodes(lambda: sl.make(env, harness="text"), load_tasks("hotpotqa:train", limit=1),
@@ -181,7 +181,7 @@ def warm_start(args: argparse.Namespace, out: Path, ap: argparse.ArgumentParser)
     tiny random model (also every reader), on Search after one SFT step."""
     search_warm = out / "warm"
     if args.smoke:
-        from sleuth.agents.models import tiny_model
+        from sleuth.agents.policies.models import tiny_model
 
         tiny = args.reader = tiny_model(out / "tiny")
         if args.env != "search":
@@ -265,7 +265,7 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown arm(s) {unknown}; known: {', '.join([*VARIANTS, *READER_ARMS])}")
     out = Path(args.out or setup.out)
-    from sleuth.cli_args import parse_kv
+    from sleuth.cli.args import parse_kv
     from sleuth.training.config import ConfigError, load_config
 
     try:

@@ -44,8 +44,8 @@ def metrics(run: Path) -> list[dict]:
 
 
 def per_question(eval_path: Path) -> Questions:
-    from sleuth.agents.compare import per_task
-    from sleuth.agents.evaluate import load_trajectories
+    from sleuth.agents.eval.compare import per_task
+    from sleuth.agents.eval.episodes import load_trajectories
 
     return per_task(load_trajectories(eval_path / "trajectories.jsonl"))
 
@@ -61,14 +61,14 @@ def row(name: str, run: Path, sets: list[HeldOut]) -> dict[str, Any]:
 
 
 def mean_ci(values: list[float]) -> tuple[float, float, float]:
-    from sleuth.agents.compare import bootstrap_ci
+    from sleuth.agents.eval.compare import bootstrap_ci
 
     return sum(values) / len(values), *bootstrap_ci(values)
 
 
 def diff_cell(q: Questions, ref: Questions, key: str, ids: list[str], label: str) -> str:
     """The paired difference against a reference run on the questions both have, with its bootstrap CI."""
-    from sleuth.agents.compare import bootstrap_ci
+    from sleuth.agents.eval.compare import bootstrap_ci
 
     diffs = [q[t][key] - ref[t][key] for t in ids if key in ref.get(t, {})]
     if not diffs:

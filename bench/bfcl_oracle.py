@@ -15,7 +15,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from sleuth.agents.evaluate import load_trajectories
+from sleuth.agents.eval.episodes import load_trajectories
 from sleuth.tasks.bfcl import category_of
 
 

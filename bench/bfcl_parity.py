@@ -22,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from sleuth.agents.bfcl_table import bfcl_report, item_score
-from sleuth.agents.evaluate import load_trajectories
+from sleuth.agents.eval.bfcl_table import bfcl_report, item_score
+from sleuth.agents.eval.episodes import load_trajectories
+from sleuth.core.net import free_port, wait_healthy
 from sleuth.envs.families.bfcl import BFCL
-from sleuth.net import free_port, wait_healthy
 from sleuth.tasks import load_tasks, read_tasks, write_tasks
 from sleuth.tasks.bfcl import CATEGORIES, category_of
 

@@ -11,7 +11,7 @@ def train_recipe(model: str, steps: int, overrides: dict) -> tuple:
     import tempfile
 
     from sleuth.training.config import load_config
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "docread_cigpo.yaml",
@@ -91,11 +91,11 @@ def smollm2_update_setup(batch, micro_batch_tokens: int, gradient_checkpointing:
     import numpy as np
     import torch
 
-    from sleuth.agents.evaluate import load_trajectories
-    from sleuth.agents.models import load_causal_lm, resolve_model
-    from sleuth.training.engine import EngineConfig, build_engine, init_distributed
-    from sleuth.training.losses import LossConfig
-    from sleuth.training.update import PolicyUpdater, UpdateConfig
+    from sleuth.agents.eval.episodes import load_trajectories
+    from sleuth.agents.policies.models import load_causal_lm, resolve_model
+    from sleuth.training.rl.losses import LossConfig
+    from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
+    from sleuth.training.zero import EngineConfig, build_engine, init_distributed
 
     init_distributed()
     trajs = load_trajectories(batch)

@@ -12,10 +12,10 @@ import gymnasium
 from common import publish
 
 import sleuth
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.policies.load import load_policy
+from sleuth.core.net import subprocess_server
 from sleuth.envs.remote import RemoteEnv
-from sleuth.net import subprocess_server
 from sleuth.tasks import load_tasks
 
 EPISODES, CONCURRENCY = 200, 32

@@ -83,8 +83,8 @@ def time_steps(step, reset) -> float:
 def retokenise_per_turn(tasks, tokenizer) -> float:
     """µs per turn for the common alternative: re-render the whole conversation with the chat template and
     re-tokenise it before every generation (what a messages-in loop without token-in/token-out does)."""
-    from sleuth.agents.loop import run_episodes
-    from sleuth.agents.policies import load_policy
+    from sleuth.agents.loop.episodes import run_episodes
+    from sleuth.agents.policies.load import load_policy
 
     trajs = list(run_episodes(lambda: DocReadEnv(), tasks, load_policy("oracle"), concurrency=16))
     convos = []
@@ -102,8 +102,8 @@ def retokenise_per_turn(tasks, tokenizer) -> float:
 
 
 def loop_overhead(tasks) -> dict[str, float]:
-    from sleuth.agents.loop import run_episodes
-    from sleuth.agents.policies import load_policy
+    from sleuth.agents.loop.episodes import run_episodes
+    from sleuth.agents.policies.load import load_policy
 
     policy = load_policy("oracle")
     spent = {"policy": 0.0, "env": 0.0}
@@ -176,7 +176,7 @@ def main() -> None:
               "loop's own Python | "
               "alternative: re-render + re-tokenise the whole conversation | ratio alternative / ours (tokenising) |",
               "|---|---|---|---|---|---|---|---|"]
-    from sleuth.agents.policies import load_tokenizer
+    from sleuth.agents.policies.load import load_tokenizer
 
     tokenizer = load_tokenizer()
     for label, tasks in (("200 distinct tasks", distinct), ("25 tasks x 8 samples", grouped)):

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sleuth.cli_args import bounded
+from sleuth.cli.args import bounded
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the two modules beside this script
 from gateway_agent import INSTRUCTIONS, TOOLS, DocReadAgent  # noqa: E402
@@ -117,7 +117,7 @@ def _progress(total: int, desc: str) -> Any:
 
 def warm_up(policy: Any, prompt: list[int]) -> None:
     """One short call on a prompt of no measured task, so neither arm pays the engine's first-call costs."""
-    from sleuth.agents.policy import Request, SamplingParams
+    from sleuth.agents.policies.base import Request, SamplingParams
     from sleuth.tasks.base import Task
 
     policy.generate([Request(prompt, [], Task(id="warm-up", question=""))], SamplingParams(max_tokens=4))
@@ -125,7 +125,7 @@ def warm_up(policy: Any, prompt: list[int]) -> None:
 
 def loop_arm(policy: Busy, tasks: list[Any], sampling: Any, concurrency: int, budget: int) -> Arm:
     import sleuth
-    from sleuth.agents.loop import run_episodes
+    from sleuth.agents.loop.episodes import run_episodes
 
     make = lambda: sleuth.make("DocRead-v0", harness="json", budget=budget)  # noqa: E731
     episodes: dict[str, list[Any]] = {}
@@ -139,9 +139,9 @@ def loop_arm(policy: Busy, tasks: list[Any], sampling: Any, concurrency: int, bu
 
 
 def gateway_arm(policy: Busy, tasks: list[Any], sampling: Any, concurrency: int, budget: int) -> Arm:
-    from sleuth.agents.agent_runner import run_agent_episodes
     from sleuth.agents.gateway import Gateway, create_app
-    from sleuth.net import in_thread
+    from sleuth.agents.gateway.agent_runner import run_agent_episodes
+    from sleuth.core.net import in_thread
 
     gw = Gateway(policy, sampling)
     agent = DocReadAgent(budget, sampling.max_tokens, sampling.temperature, sampling.seed)
@@ -198,8 +198,8 @@ def check_agent_matches_env() -> None:
 
 
 def episodes_section(args: argparse.Namespace, tasks: list[Any], warm: list[int]) -> list[str]:
-    from sleuth.agents.policies import load_policy
-    from sleuth.agents.policy import SamplingParams
+    from sleuth.agents.policies.base import SamplingParams
+    from sleuth.agents.policies.load import load_policy
 
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
     arms = []
@@ -220,7 +220,7 @@ def _sampling_words(args: argparse.Namespace) -> str:
 
 
 def vllm_section(args: argparse.Namespace, tasks: list[Any], warm: list[int]) -> list[str]:
-    from sleuth.training.vllm_rollout import default_vllm_python
+    from sleuth.training.rollout.vllm_servers import default_vllm_python
 
     python = default_vllm_python()
     if python is None or not Path(python).exists():
@@ -229,11 +229,11 @@ def vllm_section(args: argparse.Namespace, tasks: list[Any], warm: list[int]) ->
         return [reason]
     import httpx
 
-    from sleuth.agents.models import resolve_model
-    from sleuth.agents.policy import SamplingParams
+    from sleuth.agents.policies.base import SamplingParams
+    from sleuth.agents.policies.models import resolve_model
     from sleuth.training.config import load_config
-    from sleuth.training.engine import resolved_dtype
-    from sleuth.training.vllm_rollout import VLLMRollout
+    from sleuth.training.rollout.vllm_servers import VLLMRollout
+    from sleuth.training.zero import resolved_dtype
 
     print(f"… starting a vLLM server with {python}", file=sys.stderr, flush=True)
     cfg = load_config(overrides={"rollout.engine": "vllm", "rollout.concurrency": args.concurrency})
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     tasks, spare = loaded[:args.tasks], loaded[-1]  # the spare task warms engines up and drives the overhead runs
     parts = []
     if {"episodes", "vllm"} & set(args.sections):
-        from sleuth.agents.policies import load_tokenizer
+        from sleuth.agents.policies.load import load_tokenizer
 
         tok = load_tokenizer(args.model)
         warm = ChatRenderer(tok).prompt_ids([{"role": "user", "content": spare.question}])

@@ -24,7 +24,7 @@ class InstantPolicy:
     name, version, max_context, parallel_calls = "instant", 0, None, 1
 
     def __init__(self, tokenizer: Any, delay_s: float = 0.0):
-        from sleuth.agents.policy import Generation
+        from sleuth.agents.policies.base import Generation
 
         self.tokenizer, self.delay_s = tokenizer, delay_s
         self.calls = self.requests = 0
@@ -42,8 +42,8 @@ class InstantPolicy:
 def instant_gateway() -> Any:
     """A `Gateway` over a fresh `InstantPolicy` with SmolLM2's tokenizer."""
     from sleuth.agents.gateway import Gateway
-    from sleuth.agents.policies import load_tokenizer
-    from sleuth.agents.policy import SamplingParams
+    from sleuth.agents.policies.base import SamplingParams
+    from sleuth.agents.policies.load import load_tokenizer
 
     return Gateway(InstantPolicy(load_tokenizer("smollm2")), SamplingParams(max_tokens=INSTANT_MAX_TOKENS))
 
@@ -173,7 +173,7 @@ def direct_session(gw: Any, session: str) -> Call:
 
 def policy_session(policy: InstantPolicy) -> Call:
     """The floor: the policy's own call, on the ids of a fixed prompt (the reply's message built once)."""
-    from sleuth.agents.policy import Request, SamplingParams
+    from sleuth.agents.policies.base import Request, SamplingParams
     from sleuth.tasks.base import Task
 
     request = Request([1, 2, 3], [], Task(id="floor", question=""))

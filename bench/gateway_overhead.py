@@ -93,7 +93,7 @@ def load(sessions: int, threads: int, calls: int, task: Any, make: Callable[[int
 @contextmanager
 def own_process_gateway() -> Iterator[tuple[str, int]]:
     """The instant gateway served by a child process of this bench: (url, pid)."""
-    from sleuth.net import free_port, wait_healthy
+    from sleuth.core.net import free_port, wait_healthy
 
     port = free_port()
     script = str(Path(__file__).with_name("gateway.py"))
@@ -122,7 +122,7 @@ def _end_sessions(url: str, names: list[str]) -> int:
 def overhead_section(args: argparse.Namespace, task: Any) -> list[str]:
     import httpx
 
-    from sleuth.net import in_thread
+    from sleuth.core.net import in_thread
 
     n, k, engine_ms = args.sessions, args.calls, args.engine_ms
     rows: list[tuple[str, str, dict[str, Any]]] = []
@@ -237,7 +237,7 @@ def breakdown(task: Any, calls: int, sessions: int = 20) -> list[str]:
     stage timers around the gateway's parts in process, then the same sessions over HTTP with httpx and with the
     SDK (gateway in this process): the HTTP and SDK parts are differences of mean latencies."""
     from sleuth.agents.gateway import create_app, server
-    from sleuth.net import in_thread
+    from sleuth.core.net import in_thread
 
     gw = instant_gateway()
     spent: dict[str, float] = {}

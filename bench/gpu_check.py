@@ -7,7 +7,7 @@ Checks, in this order (each PASS / FAIL / SKIP with figures; a failure never sto
   env          GPU, torch / CUDA / NCCL versions, bf16 support, nvidia-smi, a bf16 matmul rate
   imports      sleuth, sleuth.envs (DocRead through gymnasium), sleuth.agents, sleuth.training.*, deepspeed,
                datasets (import times); HotpotQA tasks through the project's loader; one DocRead step
-  models       the tiny model (sleuth.agents.models.tiny_model) and a random ~0.7B model of the same
+  models       the tiny model (sleuth.agents.policies.models.tiny_model) and a random ~0.7B model of the same
                architecture (SmolLM2 config + tokenizer from $SLEUTH_DATA/smollm2-tok; no weights travel)
   nccl         the process group the project opens (init_distributed) and the collectives PolicyUpdater
                runs (update.all_sum / all_max), all_gather_object, barrier, a device all_reduce
@@ -104,7 +104,7 @@ def main() -> int:
         if os.environ.get("SLEUTH_DATA") and (cand / "tokenizer.json").exists():
             args.tokenizer_dir = str(cand)
         else:
-            from sleuth.agents.models import embedded_model_dir
+            from sleuth.agents.policies.models import embedded_model_dir
 
             args.tokenizer_dir = str(embedded_model_dir())
     out = Path(os.environ.get("OUT") or (REPO / "runs" / "gpu_check"))

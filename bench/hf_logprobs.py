@@ -3,7 +3,7 @@
 The usual way to get logprobs out of `model.generate` is `output_logits=True` (or `output_scores`) and a
 log-softmax over the stacked result: generate keeps every step's full-vocabulary fp32 logits until it
 returns. `TransformersPolicy` records each sampled token's logprob as generation goes
-(`agents/hf.py: TokenSampler`). Each way runs in a fresh process on the same model, prompts, seed and
+(`agents/policies/hf.py: TokenSampler`). Each way runs in a fresh process on the same model, prompts, seed and
 length; the figure is the growth of peak RSS over the loaded model (CPU here; on a GPU the same tensors
 sit in GPU memory). The tiny SmolLM2-architecture model keeps the real 49,152-token vocabulary, so the
 logits dominate as they do at scale, and the run stays short.
@@ -24,8 +24,8 @@ BATCH, TOKENS = 16, 256
 
 CHILD = r"""
 import json, resource, sys, time, torch
-from sleuth.agents.hf import TransformersPolicy
-from sleuth.agents.policy import Request, SamplingParams
+from sleuth.agents.policies.hf import TransformersPolicy
+from sleuth.agents.policies.base import Request, SamplingParams
 way, model, batch, tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 policy = TransformersPolicy(model, device="cpu", max_batch=batch)
 policy.stop_ids = [-1]  # never stop: every row generates all its tokens
@@ -57,7 +57,7 @@ def run(way: str, model: str) -> dict:
 
 
 def main() -> None:
-    from sleuth.agents.models import tiny_model
+    from sleuth.agents.policies.models import tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
         model = tiny_model(f"{tmp}/tiny")

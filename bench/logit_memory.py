@@ -29,7 +29,7 @@ ARMS = {"whole (n at once)": 1 << 30, "chunks of 1024": 1024}
 
 
 def batch(completion: int) -> list:
-    from sleuth.agents.policies import load_tokenizer
+    from sleuth.agents.policies.load import load_tokenizer
     from sleuth.agents.trajectory import Trajectory, Turn
     from sleuth.tasks import load_tasks, qa_docs
 

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sleuth.cli_args import bounded
+from sleuth.cli.args import bounded
 
 ENV = "sleuth/DocRead-v0"
 TARGET = 0.9
@@ -81,13 +81,13 @@ def start_engine(arm: Arm, model_path: str, max_batch: int) -> tuple[Any, list[A
     import torch
 
     if arm.workers == 0:
-        from sleuth.agents.hf import TransformersPolicy
+        from sleuth.agents.policies.hf import TransformersPolicy
 
         torch.set_num_threads(arm.cpus)
         policy = TransformersPolicy(model_path, device="cpu", dtype=torch.float32, max_batch=max_batch)
         return policy, [policy], lambda: None
-    from sleuth.training.cluster import ClusterConfig
-    from sleuth.training.ray_rollout import WorkerPool
+    from sleuth.training.cluster.placement import ClusterConfig
+    from sleuth.training.cluster.rollout_workers import WorkerPool
 
     cluster = ClusterConfig(backend="ray", rollout_workers=arm.workers, worker_cpus=arm.cpus)
     pool = WorkerPool(cluster, model_path, torch.float32, max_batch=max_batch)
@@ -98,8 +98,8 @@ def run_arm(arm: Arm, model_path: str, tasks: list[Any], warm: list[int],
             args: argparse.Namespace) -> dict[str, list[int]]:
     """One timed run of `arm` on a fresh engine: task id → its episode's token ids."""
     import sleuth
-    from sleuth.agents.loop import run_episodes
-    from sleuth.agents.policy import Request, SamplingParams
+    from sleuth.agents.loop.episodes import run_episodes
+    from sleuth.agents.policies.base import Request, SamplingParams
 
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
     t = time.perf_counter()
@@ -130,7 +130,7 @@ def measure(model_path: str, args: argparse.Namespace) -> tuple[list[Arm], list[
     import ray
 
     from sleuth.agents.chat import ChatRenderer
-    from sleuth.agents.policies import load_tokenizer
+    from sleuth.agents.policies.load import load_tokenizer
     from sleuth.tasks import load_tasks
 
     loaded = load_tasks("hotpotqa:test", limit=args.tasks + 1)
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from common import cpu_name, publish
 
-    from sleuth.agents.models import resolve_model, tiny_model
+    from sleuth.agents.policies.models import resolve_model, tiny_model
 
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:

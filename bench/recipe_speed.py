@@ -50,8 +50,9 @@ def levers_off() -> None:
     False)`), generation in lock-step rounds (`run_episodes(lockstep=True)`)."""
     import functools
 
-    from sleuth.agents import hf, loop
-    from sleuth.training import forward
+    from sleuth.agents.loop import episodes as loop
+    from sleuth.agents.policies import hf
+    from sleuth.training.rl import forward
 
     def forcing(fn, **forced):
         @functools.wraps(fn)
@@ -66,7 +67,7 @@ def levers_off() -> None:
 
 def arm(model: str, overrides: dict) -> dict:
     """One arm in this process: train STEPS steps, return the per-step metrics rows."""
-    from sleuth.training.engine import resolved_dtype
+    from sleuth.training.zero import resolved_dtype
 
     cfg, rows = train_recipe(model, STEPS, overrides)
     return {"dtype": str(resolved_dtype(cfg.engine)).removeprefix("torch."), "rows": rows,
@@ -84,7 +85,7 @@ def main() -> None:
             levers_off()
         print(json.dumps(arm(model, ARMS[args.arm])))
         return
-    from sleuth.training.engine import cpu_bf16_is_fast
+    from sleuth.training.zero import cpu_bf16_is_fast
 
     names = [n for n in ARMS if n != "recipe" or cpu_bf16_is_fast()]
     results = {name: run_arm(__file__, name, ("--model", model)) for name in names}

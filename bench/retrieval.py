@@ -20,11 +20,11 @@ from pathlib import Path
 
 from common import OUT, publish, threaded_load
 
+from sleuth.core.net import subprocess_server
 from sleuth.envs.retrieval.bm25 import BM25Index
 from sleuth.envs.retrieval.corpus import load_corpus
 from sleuth.envs.retrieval.index import load_index
 from sleuth.envs.retrieval.metrics import ndcg_at_k, read_qrels, recall_at_k
-from sleuth.net import subprocess_server
 from sleuth.tasks import data_dir
 
 

@@ -32,9 +32,9 @@ import gymnasium
 from common import publish
 
 import sleuth
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy
-from sleuth.agents.policy import Generation, SamplingParams
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.policies.base import Generation, SamplingParams
+from sleuth.agents.policies.load import load_policy
 from sleuth.tasks import load_tasks
 
 
@@ -109,10 +109,10 @@ def table(rows: list[tuple[str, dict[str, float]]], base: dict[str, float]) -> l
 
 
 def docread(with_vllm: bool = True) -> list[str]:
-    from sleuth.agents.hf import TransformersPolicy
-    from sleuth.agents.models import resolve_model
+    from sleuth.agents.policies.hf import TransformersPolicy
+    from sleuth.agents.policies.models import resolve_model
     from sleuth.training.config import load_config
-    from sleuth.training.vllm_rollout import VLLMRollout, default_vllm_python
+    from sleuth.training.rollout.vllm_servers import VLLMRollout, default_vllm_python
 
     tasks = [t for t in load_tasks("hotpotqa:train", limit=2) for _ in range(8)]
     make = lambda: sleuth.make("DocRead-v0", harness="text")  # noqa: E731
@@ -147,7 +147,7 @@ def docread(with_vllm: bool = True) -> list[str]:
 def code() -> list[str]:
     """SmolLM2 on MBPP in Code-v0: its `run` steps execute in the sandbox (a fresh process each), so they
     wait; 8 env threads overlap them with generation."""
-    from sleuth.agents.hf import TransformersPolicy
+    from sleuth.agents.policies.hf import TransformersPolicy
 
     tasks = [t for t in load_tasks("mbpp", limit=2) for _ in range(8)]
     make = lambda: sleuth.make("Code-v0", harness="text")  # noqa: E731
@@ -214,9 +214,9 @@ def sim_arm(live: int, arm: str, scale: float, tok: Any, steps: int = 3, train_s
     """`steps` training steps of `live` episodes each, a step's update taking `train_s` (simulated).
     Synchronous arms sample a whole batch, then train; async arms take batches from a `RolloutStream`
     that samples while the trainer trains (up to `max_staleness` steps in flight)."""
-    from sleuth.agents.requests import WeightsGate
+    from sleuth.agents.policies.requests import WeightsGate
     from sleuth.tasks.base import Task
-    from sleuth.training.async_rollout import RolloutStream
+    from sleuth.training.rollout.asynchronous import RolloutStream
 
     serial = itertools.count()  # the same task ids, so the same episodes, in every arm
     fresh = lambda n: [Task(id=f"sim-{next(serial)}", question="q") for _ in range(n)]  # noqa: E731
@@ -250,7 +250,7 @@ def sim_arm(live: int, arm: str, scale: float, tok: Any, steps: int = 3, train_s
 
 
 def sim(scale: float) -> list[str]:
-    from sleuth.agents.policies import load_tokenizer
+    from sleuth.agents.policies.load import load_tokenizer
 
     tok = load_tokenizer()
     rows = ["| live episodes | loop | s per training step | vs lock-step | engine busy | dropped | mean staleness |",

@@ -40,8 +40,8 @@ from pathlib import Path
 from common import cpu_name
 from soak_report import failure_reasons
 
-from sleuth.cli_args import bounded
-from sleuth.net import free_port, wait_healthy
+from sleuth.cli.args import bounded
+from sleuth.core.net import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULTS = ("rollout_kill", "env_worker_kill", "env_hang", "connection_drop")

@@ -104,9 +104,9 @@ def build_rows(sets: list[str], n: int) -> list[str]:
 
 
 def agent_rows(sets: list[str]) -> list[str]:
-    from sleuth.agents.evaluate import evaluate
-    from sleuth.agents.policies import load_policy
-    from sleuth.agents.policy import SamplingParams
+    from sleuth.agents.eval.episodes import evaluate
+    from sleuth.agents.policies.base import SamplingParams
+    from sleuth.agents.policies.load import load_policy
 
     rows = ["| package | tasks | gold agent solved | do-nothing solved | gold wall s |", "|---|---|---|---|---|"]
     for name in sets:

@@ -27,9 +27,9 @@ from pathlib import Path
 
 from common import cpu_name, publish
 
-from sleuth.agents.models import EMBEDDED_HUB_ID, embedded_model_dir
-from sleuth.cli_args import bounded
-from sleuth.net import free_port, wait_healthy
+from sleuth.agents.policies.models import EMBEDDED_HUB_ID, embedded_model_dir
+from sleuth.cli.args import bounded
+from sleuth.core.net import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 TINKER_PY = ROOT / ".venv-tinker" / "bin" / "python"
@@ -63,8 +63,8 @@ def in_process(model_dir: str) -> dict[str, list[float]]:
     """The same calls on `LoraModels` directly: what the server adds is the difference."""
     import numpy as np
 
-    from sleuth.training.tinker.lora import AdapterSpec, LoraModels
-    from sleuth.training.tinker.wire import WireDatum
+    from sleuth.servers.tinker.lora import AdapterSpec, LoraModels
+    from sleuth.servers.tinker.wire import WireDatum
 
     models = LoraModels(model_dir, EMBEDDED_HUB_ID)
     models.create("m", AdapterSpec(EMBEDDED_HUB_ID, 32), seed=0)

@@ -29,11 +29,11 @@ from common import publish
 
 import sleuth
 from sleuth.agents.chat import ChatRenderer
-from sleuth.agents.hf import TransformersPolicy
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.models import resolve_model
-from sleuth.agents.policies import load_policy
-from sleuth.agents.policy import Request, SamplingParams
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.policies.base import Request, SamplingParams
+from sleuth.agents.policies.hf import TransformersPolicy
+from sleuth.agents.policies.load import load_policy
+from sleuth.agents.policies.models import resolve_model
 from sleuth.tasks import load_tasks
 
 N_PROMPTS, MAX_TOKENS, ROUNDS = 16, 48, 2
@@ -61,7 +61,7 @@ def tokens_per_s(policy, reqs, sampling) -> float:
 
 def rollout_engines() -> list[str]:
     from sleuth.training.config import load_config
-    from sleuth.training.vllm_rollout import VLLMRollout, default_vllm_python
+    from sleuth.training.rollout.vllm_servers import VLLMRollout, default_vllm_python
 
     hf = TransformersPolicy("smollm2", max_batch=N_PROMPTS)
     reqs = prompts(hf.tokenizer)
@@ -94,11 +94,11 @@ def real_batch():
 
 
 def optimizer_steps() -> list[str]:
-    from sleuth.agents.models import load_causal_lm
-    from sleuth.training.batch import build_batch
-    from sleuth.training.engine import EngineConfig, build_engine, init_distributed
-    from sleuth.training.losses import LossConfig, denominator, policy_loss, token_logprobs
-    from sleuth.training.update import PolicyUpdater, UpdateConfig
+    from sleuth.agents.policies.models import load_causal_lm
+    from sleuth.training.rl.batch import build_batch
+    from sleuth.training.rl.losses import LossConfig, denominator, policy_loss, token_logprobs
+    from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
+    from sleuth.training.zero import EngineConfig, build_engine, init_distributed
 
     init_distributed()
     trajs, advs, pad = real_batch()
@@ -146,10 +146,10 @@ def optimizer_steps() -> list[str]:
 def scored_head() -> list[str]:
     """Forward + backward of the token-mean policy loss through the full logits and through the scored
     positions' head, alternating on one model and batch (medians of 3)."""
-    from sleuth.agents.models import load_causal_lm
-    from sleuth.training.batch import build_batch
-    from sleuth.training.forward import ScoredForward
-    from sleuth.training.losses import LossConfig, denominator, policy_loss, scored_logprobs, token_logprobs
+    from sleuth.agents.policies.models import load_causal_lm
+    from sleuth.training.rl.batch import build_batch
+    from sleuth.training.rl.forward import ScoredForward
+    from sleuth.training.rl.losses import LossConfig, denominator, policy_loss, scored_logprobs, token_logprobs
 
     trajs, advs, pad = real_batch()
     model = load_causal_lm(resolve_model("smollm2"))
@@ -196,10 +196,10 @@ def scored_head() -> list[str]:
 def inner_loop() -> list[str]:
     """The cost of PPO's inner loop against today's default (one optimizer step per rollout batch), on the
     same batch, engine and learning rate, side by side in one process."""
-    from sleuth.agents.models import load_causal_lm
-    from sleuth.training.engine import EngineConfig, build_engine, init_distributed
-    from sleuth.training.losses import LossConfig
-    from sleuth.training.update import PolicyUpdater, UpdateConfig
+    from sleuth.agents.policies.models import load_causal_lm
+    from sleuth.training.rl.losses import LossConfig
+    from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
+    from sleuth.training.zero import EngineConfig, build_engine, init_distributed
 
     init_distributed()
     trajs, advs, pad = real_batch()
@@ -232,7 +232,7 @@ def inner_loop() -> list[str]:
 
 def stages() -> list[str]:
     from sleuth.training.config import load_config
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     out = Path(tempfile.mkdtemp(prefix="sleuth-bench-train-"))
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "docread_quick.yaml",

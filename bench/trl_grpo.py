@@ -67,15 +67,15 @@ def sleuth_arm(zero_stage: int, share_prefix: bool, dtype: str, checkpointing: b
     from transformers import AutoTokenizer
 
     from sleuth import rewards
-    from sleuth.agents.models import load_causal_lm, resolve_model
-    from sleuth.agents.policy import Request, SamplingParams
+    from sleuth.agents.policies.base import Request, SamplingParams
+    from sleuth.agents.policies.models import load_causal_lm, resolve_model
     from sleuth.agents.trajectory import Trajectory, Turn
-    from sleuth.training.cluster import ClusterConfig
+    from sleuth.training.cluster.placement import ClusterConfig
     from sleuth.training.config import RolloutConfig
-    from sleuth.training.engine import EngineConfig, build_engine, init_distributed
-    from sleuth.training.losses import LossConfig
-    from sleuth.training.rollouts import make_rollout
-    from sleuth.training.update import PolicyUpdater, UpdateConfig
+    from sleuth.training.rl.losses import LossConfig
+    from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
+    from sleuth.training.rollout.factory import make_rollout
+    from sleuth.training.zero import EngineConfig, build_engine, init_distributed
 
     init_distributed()
     path = resolve_model("smollm2")
@@ -121,7 +121,7 @@ def trl_arm(bf16: bool = False) -> dict[str, float]:
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from sleuth.agents.models import load_causal_lm, resolve_model
+    from sleuth.agents.policies.models import load_causal_lm, resolve_model
 
     path = resolve_model("smollm2")
     qs = questions()
@@ -159,7 +159,7 @@ def main() -> None:
         result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         print(json.dumps(result))
         return
-    from sleuth.training.engine import cpu_bf16_is_fast
+    from sleuth.training.zero import cpu_bf16_is_fast
 
     arms = [arm for arm in ARMS if cpu_bf16_is_fast() or not arm.endswith("-bf16")]
     results = {arm: run_arm(__file__, arm) for arm in arms}

@@ -57,7 +57,7 @@ def warm_start() -> Path:
         return hf
     from transformers import AutoTokenizer
 
-    from sleuth.agents.models import load_causal_lm, resolve_model
+    from sleuth.agents.policies.models import load_causal_lm, resolve_model
 
     base = WARM_DIR / "base"
     src = resolve_model("smollm2")
@@ -78,9 +78,9 @@ def warm_start() -> Path:
 
 
 def sleuth_arm(model: Path, overrides: dict[str, str]) -> dict[str, float]:
-    from sleuth.agents.evaluate import load_trajectories
+    from sleuth.agents.eval.episodes import load_trajectories
     from sleuth.training.config import load_config
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config(overrides={
@@ -111,7 +111,7 @@ def trl_arm(model: Path) -> dict[str, float]:
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from sleuth.agents.models import load_causal_lm
+    from sleuth.agents.policies.models import load_causal_lm
     from sleuth.envs.outbound.trl import environment_factory, task_dataset
     from sleuth.tasks import load_tasks
 

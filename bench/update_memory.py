@@ -32,8 +32,8 @@ def episodes(n: int) -> list:
     """Real DocRead episodes of the train split whose lengths differ: the oracle reads the supporting
     documents, first-k the first three, random three at random, on different questions."""
     import sleuth
-    from sleuth.agents.loop import run_episodes
-    from sleuth.agents.policies import load_policy
+    from sleuth.agents.loop.episodes import run_episodes
+    from sleuth.agents.policies.load import load_policy
     from sleuth.tasks import load_tasks
 
     make = lambda: sleuth.make("DocRead-v0", harness="text")  # noqa: E731
@@ -46,7 +46,7 @@ def episodes(n: int) -> list:
 
 
 def worker(arm: str, batch: Path, micro_batch_tokens: int) -> dict:
-    from sleuth.training.batch import micro_batches
+    from sleuth.training.rl.batch import micro_batches
 
     packed = arm == "packed"
     upd, trajs, advs = smollm2_update_setup(batch, micro_batch_tokens, gradient_checkpointing=arm == "checkpointed",

@@ -11,7 +11,7 @@ import time
 import httpx
 from common import publish, threaded_load
 
-from sleuth.net import subprocess_server
+from sleuth.core.net import subprocess_server
 from sleuth.tasks import data_dir
 from sleuth.verifiers.registry import verdict
 

@@ -25,8 +25,8 @@ def cpu() -> str:
 def write_run(out: Path, n: int) -> int:
     """A real oracle episode on a hotpot task, repeated `n` times with other ids, scores and turns."""
     import sleuth
-    from sleuth.agents.loop import run_episodes
-    from sleuth.agents.policies import load_policy
+    from sleuth.agents.loop.episodes import run_episodes
+    from sleuth.agents.policies.load import load_policy
     from sleuth.tasks import load_tasks
 
     task = load_tasks("hotpotqa:test", limit=1)[0]

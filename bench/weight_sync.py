@@ -21,7 +21,7 @@ import time
 import torch
 from common import cpu_name, publish
 
-from sleuth.cli_args import bounded
+from sleuth.cli.args import bounded
 
 
 def measure(model_path: str, transport: str, args: argparse.Namespace) -> dict[str, float]:
@@ -29,9 +29,9 @@ def measure(model_path: str, transport: str, args: argparse.Namespace) -> dict[s
     from transformers import AutoTokenizer
 
     from sleuth.agents.chat import ChatRenderer
-    from sleuth.agents.models import load_causal_lm
+    from sleuth.agents.policies.models import load_causal_lm
+    from sleuth.training.cluster.rollout_engine import RayRollout
     from sleuth.training.config import load_config
-    from sleuth.training.ray_engine import RayRollout
     from sleuth.training.run import PROBE
 
     cfg = load_config(overrides={"cluster.backend": "ray", "cluster.rollout_workers": args.workers,
@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=bounded(int, 1), default=3)
     ap.add_argument("--bucket-mb", type=bounded(float, 0.001), default=256.0)
     args = ap.parse_args()
-    from sleuth.agents.models import resolve_model, tiny_model
+    from sleuth.agents.policies.models import resolve_model, tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
         model_path = tiny_model(os.path.join(tmp, "model")) if args.quick else resolve_model("smollm2")

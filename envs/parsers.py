@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sleuth.core.registry import Registry
 from sleuth.envs.tools import Tool
-from sleuth.registry import Registry
 
 
 @dataclass

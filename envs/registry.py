@@ -1,6 +1,6 @@
 """Env registration through gymnasium's registry, under the `sleuth/` namespace by default, so
 `gymnasium.make("sleuth/DocRead-v0")` and `sleuth.make("DocRead-v0")` build the same env. `ENVS` (a
-`sleuth.registry.Registry`) holds every env id with its entry point and who registered it; gymnasium holds
+`sleuth.core.registry.Registry`) holds every env id with its entry point and who registered it; gymnasium holds
 the env specs.
 
 Plugins: another installed package registers envs through the entry-point group `sleuth.envs`
@@ -21,7 +21,7 @@ from typing import Any
 
 import gymnasium
 
-from sleuth.registry import Entry, Registry, UnknownNameError, target_of
+from sleuth.core.registry import Entry, Registry, UnknownNameError, target_of
 
 NAMESPACE = "sleuth"
 ENV_GROUP = "sleuth.envs"

@@ -26,16 +26,18 @@ import gymnasium
 import httpx
 from gymnasium.utils import seeding
 
+from sleuth.core.errors import InfraFailure
+from sleuth.core.net import RetriesExhausted, asend_with_retries, send_with_retries
 from sleuth.envs.base import TextSpace
-from sleuth.envs.env_server import MAX_ACTION_CHARS
 from sleuth.envs.sessions import SESSION_WAIT_S, SessionGate, SessionsBusy, open_session
-from sleuth.net import RetriesExhausted, asend_with_retries, send_with_retries
 
+# The longest action a step takes: the env server refuses a longer one (422), and a client's action space says so.
+MAX_ACTION_CHARS = 1_000_000
 _next_server = itertools.count()
 _lock = threading.Lock()
 
 
-class RemoteEnvError(RuntimeError):
+class RemoteEnvError(InfraFailure):
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)
         self.status = status  # the server's HTTP answer, where it gave one

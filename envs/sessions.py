@@ -14,7 +14,8 @@ import threading
 import time
 import warnings
 
-from sleuth.net import count_retry
+from sleuth.core.errors import InfraFailure
+from sleuth.core.net import count_retry
 
 # How long a reset waits for a session before its episode fails as an env failure (the agent loop's episode
 # timeout, when shorter, gives up on it first: the env is closed and the wait abandoned).
@@ -22,7 +23,7 @@ SESSION_WAIT_S = 1800.0
 POLL_S = (0.5, 1.0, 2.0, 5.0)  # waits between tries while another client holds every session
 
 
-class SessionsBusy(RuntimeError):
+class SessionsBusy(InfraFailure):
     """No session came free within the wait allowed."""
 
 

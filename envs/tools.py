@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sleuth.core.errors import SleuthError
+
 _JSON_TYPES: dict[Any, str] = {
     str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object",
 }
@@ -20,7 +22,7 @@ _PY_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-class ToolError(Exception):
+class ToolError(SleuthError):
     """Raised by a tool for a bad request the model can fix (shown to it as the observation)."""
 
 

@@ -5,7 +5,7 @@ optimiser) and never writes into them. Every estimator is an `Estimator`: the tr
 tasks)` and gets `Advantages` (per trajectory, aligned with its action tokens in order:
 `traj.num_policy_tokens` values, or `(tokens, K)` granularities that the trainer mixes when `est.mixing` is
 set) plus the estimator's own metrics. Between steps it calls `refresh` when `refresh_due(step)` says so.
-Estimators are registered by name (`ESTIMATORS`, one `sleuth.registry.Registry`) and built from a config
+Estimators are registered by name (`ESTIMATORS`, one `sleuth.core.registry.Registry`) and built from a config
 with keyword arguments by `make`."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from sleuth.agents.trajectory import Trajectory
-from sleuth.registry import Registry
+from sleuth.core.registry import Registry
 
 ESTIMATOR_GROUP = "sleuth.estimators"
 
@@ -50,8 +50,14 @@ class Estimator(ABC):
     # group mean, std or leave-one-out baseline): a group of one then has no outcome signal at all, so
     # `rollout.group_size: 1` is refused before anything loads. Every estimator sleuth ships baselines its
     # outcome on the group; one that scores a lone episode on its own (an absolute reward, a learned value)
-    # sets it False. Read from the class, without building it (`declares_group_relative`).
+    # sets it False. Read from the class, without building it (`declared`).
     group_relative: ClassVar[bool] = True
+    # True when it can train a user's agent run through the gateway (`agent:` in a config): it needs no env state
+    # (no replay, no env observations beyond the reads the gateway recognises). Read from the class, as above.
+    supports_agents: ClassVar[bool] = False
+    # True when its advantage is one number per episode, so an episode recorded as several segments (an agent that
+    # rewrote its history) trains each segment with it (`rewards.episodes.per_episode`).
+    supports_segments: ClassVar[bool] = False
 
     @abstractmethod
     def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> Advantages: ...
@@ -73,6 +79,7 @@ class Estimator(ABC):
             self.step_source.check_policy(tokenizer)
 
 
+Flag = Literal["group_relative", "supports_agents", "supports_segments"]
 ESTIMATORS: Registry[Callable[..., Estimator]] = Registry("advantage estimator", group=ESTIMATOR_GROUP)
 
 
@@ -90,10 +97,11 @@ def names() -> list[str]:
     return ESTIMATORS.names()
 
 
-def declares_group_relative(name: str) -> bool | None:
-    """Estimator `name`'s `group_relative`, read without building it (building may load a reader model):
-    from the registered class, or from the class a registered factory's return annotation names; None when
-    neither says (an unknown name included: building it reports that)."""
+def declared(name: str, flag: Flag) -> bool | None:
+    """A class flag of estimator `name` (`group_relative`, `supports_agents`, `supports_segments`), read without
+    building it (building may load a reader model): from the registered class, or from the class a registered
+    factory's return annotation names; None when neither says (an unknown name included: building it reports
+    that)."""
     import typing
 
     try:
@@ -107,8 +115,14 @@ def declares_group_relative(name: str) -> bool | None:
         except Exception:  # an annotation that does not resolve declares nothing
             return None
     if isinstance(cls, type) and issubclass(cls, Estimator):
-        return bool(cls.group_relative)
+        return {"group_relative": cls.group_relative, "supports_agents": cls.supports_agents,
+                "supports_segments": cls.supports_segments}[flag]
     return None
+
+
+def supporting(flag: Flag) -> list[str]:
+    """The registered estimators (plugins' included) that declare `flag`."""
+    return [n for n in names() if declared(n, flag)]
 
 
 def make(name: str, **kwargs: Any) -> Estimator:

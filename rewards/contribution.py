@@ -73,20 +73,20 @@ JUDGE_PROMPT = (
 
 
 class LLMJudge:
-    """Any policy backend (`sleuth.agents.policy.load_policy` spec) as the judge, with JUDGE_PROMPT; an
+    """Any policy backend (`sleuth.agents.policies.base.load_policy` spec) as the judge, with JUDGE_PROMPT; an
     unparsable reply counts as 0."""
 
     def __init__(self, policy: str = "smollm2", max_tokens: int = 16):
         from sleuth.agents.chat import ChatRenderer
-        from sleuth.agents.policies import load_policy
-        from sleuth.agents.policy import SamplingParams
+        from sleuth.agents.policies.base import SamplingParams
+        from sleuth.agents.policies.load import load_policy
 
         self.policy = load_policy(policy)
         self.renderer = ChatRenderer(self.policy.tokenizer)
         self.sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0)
 
     def __call__(self, traj: Trajectory, task: Any) -> list[tuple[float, float]]:
-        from sleuth.agents.policy import Request
+        from sleuth.agents.policies.base import Request
 
         reqs = []
         for turn in traj.turns[:-1]:

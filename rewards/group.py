@@ -35,6 +35,9 @@ def group_advantages(rewards: np.ndarray, kind: str, eps: float = 1e-6) -> np.nd
 class GroupOutcome(Estimator):
     """One advantage per trajectory from its group's outcome rewards, broadcast over its tokens."""
 
+    supports_agents = True  # outcome only: nothing of an env's state
+    supports_segments = True  # one number per episode
+
     def __init__(self, kind: str, eps: float = 1e-6):
         self.kind, self.eps = kind, eps
 
@@ -70,6 +73,8 @@ class NoAdvantage(Estimator):
     on-policy distillation). No group baseline, so a group of one is fine."""
 
     group_relative = False
+    supports_agents = True
+    supports_segments = True
 
     def __call__(self, trajs: Sequence[Trajectory], tasks: Mapping[str, Any]) -> Advantages:
         return Advantages([np.zeros(t.num_policy_tokens) for t in trajs])

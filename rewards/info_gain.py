@@ -80,6 +80,9 @@ def read_documents(traj: Trajectory) -> list[tuple[int, str | None]]:
 
 
 class InfoGain(Estimator):
+    # An agent's reads are recognised in its tool results by the gateway (`agents.gateway.reads`); its step rewards
+    # price the turns of one token sequence, so an episode split into segments is refused.
+    supports_agents = True
     def __init__(self, variant: str = "gold_prob", reader: Any = "smollm2", candidates: int = 8,
                  step_weight: float = 1.0, outcome_weight: float = 1.0, gamma: float = 1.0, outcome: str = "grpo",
                  eps: float = 1e-6, refresh_every: int = 0, step_baseline: str = "pooled"):

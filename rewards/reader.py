@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from sleuth.agents.models import load_causal_lm, resolve_model
+from sleuth.agents.policies.models import load_causal_lm, resolve_model
 
 INSTRUCTION = "Answer the question with a short phrase, using the documents if any."
 

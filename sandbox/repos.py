@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sleuth.core.errors import InfraFailure
 from sleuth.sandbox.runner import _system_python
 
 
-class RepoError(RuntimeError):
+class RepoError(InfraFailure):
     """A repository or its environment could not be built; the message says what is missing."""
 
 

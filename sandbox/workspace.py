@@ -16,11 +16,13 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from sleuth.core.errors import BadInput
+
 MODES = ("hardlink", "copy")
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".tox", ".git")
 
 
-class PatchError(ValueError):
+class PatchError(BadInput):
     """A diff that cannot be applied; the message says why (for a verdict, never a crash)."""
 
 

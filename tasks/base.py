@@ -9,8 +9,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from sleuth.core.errors import BadInput
 
-class TaskError(ValueError):
+
+class TaskError(BadInput):
     """A task whose fields have the wrong types."""
 
 

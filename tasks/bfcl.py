@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sleuth.core.errors import BadInput
 from sleuth.tasks.base import Task, normalise_question
 
 # The scoring categories of BFCL v4 that run offline, in the leaderboard's column order (`constants/column_headers.py`:
@@ -50,7 +51,7 @@ TEST_SHARE = 4  # one scenario in TEST_SHARE is held out
 MIN_PROBE = 16  # the shortest question looked for inside others, as `tasks.holdout.check_texts` looks
 
 
-class BFCLDataError(ValueError):
+class BFCLDataError(BadInput):
     """A `bfcl:` spec names no category BFCL v4 has offline, or bfcl-eval's data is not installed."""
 
 

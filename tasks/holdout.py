@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from sleuth.core.errors import BadInput
 from sleuth.tasks.base import Task, normalise_question
 
 HELD_OUT_SPLIT = "test"
 _SHOWN = 3  # overlapping items named in the error
 
 
-class LeakageError(ValueError):
+class LeakageError(BadInput):
     """Training data contains held-out (evaluation) data."""
 
 

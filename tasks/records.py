@@ -12,8 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sleuth.core.errors import BadInput
 
-class RecordError(ValueError):
+
+class RecordError(BadInput):
     """A record file that cannot be read, naming the file (and line) and what is wrong."""
 
 

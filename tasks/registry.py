@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sleuth.registry import Registry, UnknownNameError
+from sleuth.core.errors import BadInput
+from sleuth.core.registry import Registry, UnknownNameError
 from sleuth.tasks.base import Task, read_tasks
 from sleuth.tasks.bfcl import load_bfcl
 from sleuth.tasks.code import load_humaneval, load_mbpp
@@ -32,7 +33,7 @@ class TaskSource:
     `path` is None unless the user named a file). `needs_files=False`: the loader makes its tasks itself and
     may ignore `path`. `label_fields`: the payload keys that are gold labels (what a verifier or a report
     reads, never the agent): an agent run outside sleuth's envs gets the task without them, its answer and
-    aliases (`sleuth.agents.agent_runner.public_task`)."""
+    aliases (`sleuth.agents.gateway.agent_runner.public_task`)."""
     loader: Loader
     folder: str | None
     default_split: str = "test"
@@ -121,7 +122,7 @@ def parse_slice(spec: str) -> tuple[str, slice | None]:
     return m["spec"], slice(*bound)
 
 
-class DuplicateTaskIdError(ValueError):
+class DuplicateTaskIdError(BadInput):
     """Two tasks share an id: results are keyed by task id, so they would merge into one task's samples."""
 
 

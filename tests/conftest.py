@@ -33,14 +33,14 @@ def hotpot_tasks():
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from sleuth.agents.policies import load_tokenizer
+    from sleuth.agents.policies.load import load_tokenizer
 
     return load_tokenizer("smollm2")
 
 
 @pytest.fixture(scope="session")
 def smollm2():
-    from sleuth.agents.hf import TransformersPolicy
+    from sleuth.agents.policies.hf import TransformersPolicy
 
     return TransformersPolicy("smollm2")
 
@@ -48,7 +48,7 @@ def smollm2():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
     """SmolLM2's architecture and tokenizer at a few MB of layers, randomly initialised (training plumbing)."""
-    from sleuth.agents.models import tiny_model
+    from sleuth.agents.policies.models import tiny_model
 
     return tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
@@ -57,7 +57,7 @@ def tiny_model_dir(tmp_path_factory) -> str:
 def _fp32_on_every_cpu(monkeypatch):
     """`engine.dtype: auto` picks bf16 on a CPU with AMX-BF16: the suite's numbers must not depend on which
     machine runs it, so auto means fp32 here. The bf16 path is tested with an explicit `dtype="bf16"`."""
-    from sleuth.training import engine
+    from sleuth.training import zero as engine
 
     monkeypatch.setattr(engine, "cpu_bf16_is_fast", lambda: False)
 
@@ -70,7 +70,7 @@ def serve_judge():
 
     from judge_server import ScriptedJudge
 
-    from sleuth.net import in_thread
+    from sleuth.core.net import in_thread
 
     with contextlib.ExitStack() as stack:
         def start(reply):

@@ -13,9 +13,9 @@ from transformers import AutoModelForCausalLM
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from train_helpers import fixed_batch, surrogate  # noqa: E402
 
-from sleuth.training.engine import EngineConfig, build_engine, init_distributed  # noqa: E402
-from sleuth.training.losses import LossConfig  # noqa: E402
-from sleuth.training.update import PolicyUpdater, UpdateConfig  # noqa: E402
+from sleuth.training.rl.losses import LossConfig  # noqa: E402
+from sleuth.training.rl.update import PolicyUpdater, UpdateConfig  # noqa: E402
+from sleuth.training.zero import EngineConfig, build_engine, init_distributed  # noqa: E402
 
 
 def main(model_dir: str, out: str) -> None:

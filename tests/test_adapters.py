@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sleuth.net import in_thread
+from sleuth.core.net import in_thread
 from sleuth.tasks import load_tasks
 from sleuth.verifiers.adapters import compute_score, reward_func, trl_reward
 from sleuth.verifiers.qa import QAVerifier
@@ -44,7 +44,7 @@ def test_trl_grpo_trainer_runs_with_our_verifier_as_reward(tmp_path):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from sleuth.agents.models import embedded_model_dir
+    from sleuth.agents.policies.models import embedded_model_dir
 
     # comparison questions: the answer is a name in the question, so sampled completions often overlap it
     tasks = [t for t in load_tasks("hotpotqa:test", limit=60) if t.payload["type"] == "comparison"
@@ -104,7 +104,7 @@ def _verl_python() -> str | None:
 def test_verl_itself_loads_and_calls_the_adapter(data_dir, tmp_path):
     """verl 0.9's own loader (`get_custom_reward_fn`) and reward manager (`NaiveRewardManager`, which decodes
     responses from token ids) score QA, code and SWE rows with sleuth's adapter, in verl's own venv."""
-    from sleuth.agents.models import resolve_model
+    from sleuth.agents.policies.models import resolve_model
     from sleuth.tasks.swe import SHIPPED
 
     mbpp = json.loads((data_dir / "mbpp" / "mbpp.jsonl").read_text().splitlines()[1])
@@ -135,7 +135,7 @@ def test_openrlhf_itself_fetches_rewards(data_dir, tmp_path):
     """OpenRLHF 0.11.2's own reward client (`SingleTurnAgentExecutor`) gets sleuth's verdicts both ways its
     `--reward.remote_url` allows: from `sleuth serve verifier` over HTTP (QA and code servers) and from the
     adapter file (`.py` form, `SLEUTH_VERIFIER`), in OpenRLHF's venv."""
-    from sleuth.verifiers.server import create_app
+    from sleuth.servers.verifier import create_app
 
     mbpp = json.loads((data_dir / "mbpp" / "mbpp.jsonl").read_text().splitlines()[1])
     prompt = "<|im_start|>user\nWho wrote Hamlet?<|im_end|>\n<|im_start|>assistant\n"
@@ -171,7 +171,7 @@ def test_openrlhf_reward_func_file_form():
 
 @pytest.fixture(scope="module", params=["qa", "code", "swe"])
 def verifier_server(request):
-    from sleuth.verifiers.server import create_app
+    from sleuth.servers.verifier import create_app
 
     with in_thread(create_app(request.param, workers=2, max_records=8)) as url:
         yield request.param, url
@@ -208,7 +208,7 @@ def test_verifier_server_scores_and_rejects_bad_input(verifier_server, data_dir)
 
 
 def test_verifier_server_speaks_openrlhf():
-    from sleuth.verifiers.server import create_app
+    from sleuth.servers.verifier import create_app
 
     prompt = "<|im_start|>user\nWho wrote Hamlet?<|im_end|>\n<|im_start|>assistant\n"
     body = {"query": [prompt + "William Shakespeare<|im_end|>"], "prompts": [prompt], "labels": ["William Shakespeare"]}

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from sleuth.agents.agent_runner import AgentCommandError, CommandAgent, load_agent, run_agent_episodes
-from sleuth.agents.evaluate import load_trajectories
+from sleuth.agents.eval.episodes import load_trajectories
 from sleuth.agents.gateway import Gateway, create_app
-from sleuth.agents.policy import Generation, SamplingParams
+from sleuth.agents.gateway.agent_runner import AgentCommandError, CommandAgent, load_agent, run_agent_episodes
+from sleuth.agents.policies.base import Generation, SamplingParams
 from sleuth.agents.trajectory import Trajectory
-from sleuth.net import in_thread
+from sleuth.core.net import in_thread
 from sleuth.tasks.qa import qa_docs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def _episode_with_script(agent, task, tokenizer, script: list[str]) -> tuple[lis
 
 
 def _sleuth(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    from sleuth.training.engine import DIST_VARS
+    from sleuth.training.zero import DIST_VARS
 
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "sleuth.cli", *args], cwd=ROOT, env=env, capture_output=True,

@@ -6,9 +6,9 @@ import pytest
 
 import sleuth
 from sleuth.agents.chat import ChatRenderer
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy
-from sleuth.agents.policy import Generation, SamplingParams
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.policies.base import Generation, SamplingParams
+from sleuth.agents.policies.load import load_policy
 from sleuth.tasks import Task
 
 

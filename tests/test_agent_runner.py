@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sleuth.agents.agent_runner import public_task
-from sleuth.agents.evaluate import _evaluate_run, load_trajectories
+from sleuth.agents.eval.episodes import _evaluate_run, load_trajectories
+from sleuth.agents.gateway.agent_runner import public_task
 from sleuth.agents.trajectory import Trajectory, Turn
 from sleuth.tasks import load_tasks
 from sleuth.tasks.base import Task

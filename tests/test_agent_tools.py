@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 
 from sleuth import rewards
-from sleuth.agents.agent_runner import load_agent, run_agent_episodes
-from sleuth.agents.evaluate import summarise
+from sleuth.agents.eval.episodes import summarise
 from sleuth.agents.gateway import Gateway, create_app
+from sleuth.agents.gateway.agent_runner import load_agent, run_agent_episodes
 from sleuth.agents.gateway.reads import recognise_reads
 from sleuth.agents.gateway.render import ChatFormat, normalise
-from sleuth.agents.policy import Generation, SamplingParams
+from sleuth.agents.policies.base import Generation, SamplingParams
 from sleuth.agents.trajectory import Trajectory, Turn
-from sleuth.net import in_thread
+from sleuth.core.net import in_thread
 from sleuth.rewards.episodes import per_episode
 from sleuth.tasks.qa import qa_docs
-from sleuth.training.sft_data import replay_chats
-from sleuth.training.tool_demos import tool_demo
+from sleuth.training.sft.data import replay_chats
+from sleuth.training.sft.tool_demos import tool_demo
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "openai_agent"
 READ = {"type": "function", "function": {"name": "read", "description": "Read a document.", "parameters": {
@@ -158,7 +158,7 @@ def test_reads_are_documents_shown_in_full_not_titles_and_a_second_showing_is_a_
     assert recognise_reads([traj], task.__class__(id="q", question="?")) is None  # a task without documents
 
 
-def test_step_rewards_refuse_an_agent_episode_that_split_and_train_one_that_did_not():
+def test_an_estimator_without_supports_segments_refuses_an_agent_episode_that_split_and_trains_one_that_did_not():
     def seg(episode, i, n, reward):
         read_turn = Turn([1, 1], [0.0, 0.0], "x")
         return Trajectory("t", "gateway", [0], turns=[Turn([1], [0.0], "y"), read_turn], reward=reward, group="g",
@@ -170,7 +170,7 @@ def test_step_rewards_refuse_an_agent_episode_that_split_and_train_one_that_did_
 
     whole = [seg("a", 0, 1, 1.0), seg("b", 0, 1, 0.0)]
     assert [v.tolist() for v in per_episode(Stepwise(), whole, {}).values] == [[1, 2, 2], [0, 1, 1]]
-    with pytest.raises(ValueError, match="agent episode a is 2 segments.*outcome estimator"):
+    with pytest.raises(ValueError, match=r"episode a is 2 segments.*supports_segments \(dr_grpo, grpo, none, rloo\)"):
         per_episode(Stepwise(), [seg("a", 0, 2, 1.0), seg("a", 1, 2, 1.0), seg("b", 0, 1, 0.0)], {})
 
 
@@ -205,7 +205,7 @@ HERMES = """{%- if tools %}<|im_start|>system
 
 
 def test_a_template_that_renders_tool_calls_trains_its_own_call_format():
-    from sleuth.agents.policies import load_tokenizer
+    from sleuth.agents.policies.load import load_tokenizer
 
     tokenizer = load_tokenizer("smollm2")
     tokenizer.chat_template = HERMES  # a Qwen/Hermes-style template: tools and calls rendered by the template

@@ -50,7 +50,7 @@ def test_an_agent_config_that_cannot_train_is_refused_before_anything_loads(over
 
 
 def test_sleuth_train_runs_an_openai_sdk_agent_with_a_rewritten_history(tmp_path, tiny_model_dir):
-    from sleuth.training.engine import DIST_VARS
+    from sleuth.training.zero import DIST_VARS
 
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, "-m", "sleuth.cli", "train", "--config", "configs/openai_agent_grpo.yaml",

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 import sleuth
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy
-from sleuth.agents.policy import Generation, SamplingParams
-from sleuth.agents.requests import WeightsGate
-from sleuth.training.async_rollout import RolloutStream
-from sleuth.training.batch import build_batch
-from sleuth.training.losses import importance_weights
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.policies.base import Generation, SamplingParams
+from sleuth.agents.policies.load import load_policy
+from sleuth.agents.policies.requests import WeightsGate
+from sleuth.training.rl.batch import build_batch
+from sleuth.training.rl.losses import importance_weights
+from sleuth.training.rollout.asynchronous import RolloutStream
 
 
 def test_an_update_waits_for_calls_in_flight_and_holds_new_ones_back():
@@ -202,8 +202,8 @@ def test_async_configs_that_cannot_work_are_refused(tiny_model_dir, tmp_path, ov
 
 
 def test_async_trainer_keeps_samples_within_the_bound_and_times_out_a_blocked_sync(tiny_model_dir, tmp_path):
-    from sleuth.training.rollout import WeightSyncError
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
+    from sleuth.training.rollout.engine import WeightSyncError
 
     # with a teacher (the policy, shown the answer): its scoring of a step's episodes overlaps the next rollouts
     trainer = Trainer(_cfg(tiny_model_dir, tmp_path / "run", max_steps=3, **{

@@ -36,9 +36,10 @@ def test_the_speed_benchmarks_levers_off_reach_the_parts_that_act_on_them(tiny_m
 import sys
 sys.path.insert(0, {str(ABLATE.parent)!r})
 import recipe_speed
-from sleuth.agents import hf, loop
+from sleuth.agents.loop import episodes as loop
+from sleuth.agents.policies import hf
 recipe_speed.levers_off()
-from sleuth.training.forward import ScoredForward
+from sleuth.training.rl.forward import ScoredForward
 from transformers import AutoModelForCausalLM
 m = AutoModelForCausalLM.from_pretrained({str(tiny_model_dir)!r})
 assert ScoredForward(m, m).full_logits is True

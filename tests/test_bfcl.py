@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import sleuth
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy, load_tokenizer
-from sleuth.agents.policy import Generation
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.policies.base import Generation
+from sleuth.agents.policies.load import load_policy, load_tokenizer
 from sleuth.envs.families import venv_server
 from sleuth.envs.families.bfcl import BFCL
 from sleuth.envs.remote import RemoteEnvError
@@ -237,7 +237,7 @@ TOOL_TEMPLATE = (
 def test_the_template_harness_shows_the_tools_through_the_models_own_chat_template():
     """harness `template`: no JSON-harness instructions; the tools reach the model through its chat template, and
     the oracle's calls in that format still score 1.0. A template that does not render tools is refused."""
-    from sleuth.agents.scripted import Oracle
+    from sleuth.agents.policies.scripted import Oracle
 
     tokenizer = load_tokenizer("smollm2")
     tokenizer.chat_template = TOOL_TEMPLATE

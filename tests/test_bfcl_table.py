@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from sleuth.agents.bfcl_table import COLUMNS, paired, table
+from sleuth.agents.eval.bfcl_table import COLUMNS, paired, table
 from sleuth.envs.families.bfcl import BFCL
 from sleuth.tasks.bfcl import CATEGORIES
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import sleuth
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy
-from sleuth.agents.scheduler import Branch
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.loop.scheduler import Branch
+from sleuth.agents.policies.load import load_policy
 
 
 def _docread():
@@ -81,7 +81,7 @@ def test_branch_groups_train_and_are_counted_apart_and_a_failed_one_is_not_sampl
     import sleuth.rewards  # noqa: F401
     from sleuth.agents.trajectory import Trajectory, Turn
     from sleuth.rewards.base import make
-    from sleuth.training.collected import Collected
+    from sleuth.training.rl.collected import Collected
 
     task = hotpot_tasks[0]
 
@@ -109,8 +109,8 @@ def test_branch_groups_train_and_are_counted_apart_and_a_failed_one_is_not_sampl
 
 
 def test_the_step_row_reports_branches_beside_the_episodes():
-    from sleuth.training.step_metrics import BranchCount, StepPart, step_row
-    from sleuth.training.update import UpdateStats
+    from sleuth.training.rl.step_metrics import BranchCount, StepPart, step_row
+    from sleuth.training.rl.update import UpdateStats
 
     part = StepPart(update=UpdateStats(grad_norm=1.0, optimizer_steps=1, train_tokens=10), rewards=[0.0, 1.0],
                     truncated=[0.0, 0.0], success=[0.0, 1.0], length_correct=[5], length_wrong=[5], components={},
@@ -149,8 +149,8 @@ def test_an_episodes_branches_meet_it_in_one_micro_batch_and_add_only_their_own_
     first from its context before its last turn (prompt + 24 of its tokens, then 4–6 of their own): one packed
     micro-batch of 20 + 30 + 25 + 15 tokens, not 3 × 44 more."""
     from sleuth.agents.trajectory import Trajectory, Turn
-    from sleuth.training.batch import micro_batches
-    from sleuth.training.packing import layout
+    from sleuth.training.rl.batch import micro_batches
+    from sleuth.training.rl.packing import layout
 
     rng = np.random.default_rng(0)
     prompt = rng.integers(10, 1000, 20).tolist()
@@ -172,7 +172,7 @@ def test_an_episodes_branches_meet_it_in_one_micro_batch_and_add_only_their_own_
 def test_branch_points_are_the_last_turns_of_episodes_that_ended_on_their_own(hotpot_tasks, recorded):
     from dataclasses import replace
 
-    from sleuth.training.branching import branch_points
+    from sleuth.training.rl.branching import branch_points
 
     task = hotpot_tasks[0]
     done = recorded[task.id]
@@ -191,10 +191,10 @@ def test_demo_branches_answer_from_where_the_demonstrator_read_and_train_only_th
     the step counts them apart from its episodes; with `demo_tasks` the demonstrations play tasks of their own."""
     import json
 
-    from sleuth.agents.policy import SamplingParams
+    from sleuth.agents.policies.base import SamplingParams
     from sleuth.agents.trajectory import Trajectory
     from sleuth.training.config import load_config
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     cfg_over = {
         "model": tiny_model_dir, "out": str(tmp_path / "run"), "env_args": {"harness": "text"}, "task_limit": 24,
@@ -230,7 +230,7 @@ def test_demo_branches_answer_from_where_the_demonstrator_read_and_train_only_th
 
 def test_a_demonstrator_that_is_not_one_or_ends_no_episode_after_a_read_is_refused(tiny_model_dir, tmp_path):
     from sleuth.training.config import ConfigError, load_config
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     def cfg(demonstrator: str, out: str):
         return load_config(overrides={
@@ -248,8 +248,8 @@ def test_a_demonstrator_that_is_not_one_or_ends_no_episode_after_a_read_is_refus
 def test_demonstration_starts_skip_episodes_an_infrastructure_failure_took(hotpot_tasks):
     """An env that cannot reset fails the demonstrator's episodes: no start and no config error (a failure of
     the machine is not the demonstrator's), where a demonstrator that answers at once is refused."""
-    from sleuth.training.branching import demo_points
     from sleuth.training.config import ConfigError, RolloutConfig
+    from sleuth.training.rl.branching import demo_points
 
     class Broken(gymnasium.Wrapper):
         def reset(self, **kw):

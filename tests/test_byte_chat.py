@@ -4,8 +4,8 @@ scripted policy's episodes score the same with it as with SmolLM2's tokenizer.""
 import sleuth
 from sleuth.agents.byte_chat import ByteChatTokenizer
 from sleuth.agents.chat import ChatRenderer
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import SCRIPTED_POLICIES, load_tokenizer
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.policies.load import SCRIPTED_POLICIES, load_tokenizer
 
 
 def test_bytes_and_markers_round_trip():

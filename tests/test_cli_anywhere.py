@@ -91,7 +91,7 @@ def test_ctrl_c_exits_130_without_a_traceback_and_keeps_finished_episodes(tmp_pa
 
 def test_an_unforeseen_failure_is_one_line_and_its_traceback_is_one_variable_away(monkeypatch, capsys):
     """Whatever a command did not foresee still ends in one `error:` line and exit 1."""
-    import sleuth.cli as cli
+    import sleuth.cli.main as cli
 
     def broken(args):
         raise TypeError("something nobody planned for\nsecond line")

@@ -7,8 +7,8 @@ import shlex
 import subprocess
 import sys
 
-from sleuth.cli import build_parser
-from sleuth.cli_examples import EXAMPLES, subcommands
+from sleuth.cli.examples import EXAMPLES, subcommands
+from sleuth.cli.main import build_parser
 
 
 def test_every_subcommand_shows_an_example_that_its_parser_accepts(tmp_path, monkeypatch):

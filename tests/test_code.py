@@ -3,7 +3,7 @@ import json
 import pytest
 
 import sleuth
-from sleuth.cli import main
+from sleuth.cli.main import main
 from sleuth.envs import extract_code
 from sleuth.sandbox import SandboxPool
 from sleuth.tasks import load_tasks

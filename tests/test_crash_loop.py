@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from sleuth.training.cluster import ClusterConfig, CrashLoop
+from sleuth.training.cluster.placement import ClusterConfig, CrashLoop
 
 ray = pytest.importorskip("ray")
 
@@ -51,7 +51,7 @@ def test_env_workers_survive_spaced_deaths_and_stop_when_crash_looping():
     """Worker 0 is killed twice, a window apart (Ray's lifetime budget of `max_restarts`=1 would have ended it at
     the second), and each time the next episode opens on the restarted worker; killed again at once it is
     crash-looping: its episode fails naming the cause, and new sessions go to worker 1."""
-    from sleuth.training.ray_envs import EnvPool, RayEnvError
+    from sleuth.training.cluster.env_actors import EnvPool, RayEnvError
 
     clock, window = Clock(), 10.0
     cluster = ClusterConfig(backend="ray", env_workers=2, env_worker_cpus=0.5, max_restarts=1,
@@ -84,10 +84,10 @@ def test_rollout_workers_survive_spaced_deaths_and_stop_when_crash_looping(tiny_
     a third at once stops it, and the router sends its requests to the other worker."""
     import torch
 
-    from sleuth.agents.openai_http import ServerUnreachable
-    from sleuth.agents.policy import Request, SamplingParams
+    from sleuth.agents.policies.base import Request, SamplingParams
+    from sleuth.agents.policies.openai_http import ServerUnreachable
+    from sleuth.training.cluster.rollout_engine import RayRollout
     from sleuth.training.config import load_config
-    from sleuth.training.ray_engine import RayRollout
 
     clock, window = Clock(), 15.0
     cfg = load_config(overrides={"cluster.backend": "ray", "cluster.rollout_workers": 2, "cluster.max_restarts": 1,

@@ -10,7 +10,7 @@ from sleuth.training.config import load_config
 
 
 def test_a_grpo_step_writes_the_advantages_its_update_used(tiny_model_dir, tmp_path):
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     cfg = load_config(overrides={
         "model": tiny_model_dir, "out": str(tmp_path / "run"), "env_args": {"harness": "text"}, "task_limit": 8,

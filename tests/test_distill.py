@@ -12,7 +12,7 @@ import torch
 
 from sleuth.agents.trajectory import Trajectory, Turn
 from sleuth.training.config import ConfigError, load_config
-from sleuth.training.distill import DistillConfig, TeacherTokens, reverse_kl_penalty, topk_divergence
+from sleuth.training.distill.signal import DistillConfig, TeacherTokens, reverse_kl_penalty, topk_divergence
 
 
 # -- the math -----------------------------------------------------------------------------------------
@@ -126,8 +126,8 @@ def test_update_gradient_equals_the_hand_computed_one(tiny_model_dir, kind):
     gradient of the objective written out by hand: a wrong sign, temperature, detach or token set fails it."""
     from train_helpers import seeded_engine
 
-    from sleuth.training.losses import LossConfig
-    from sleuth.training.update import PolicyUpdater, UpdateConfig
+    from sleuth.training.rl.losses import LossConfig
+    from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
 
     temperature, coef, k = 0.7, 0.5, 3
     engine = seeded_engine(tiny_model_dir, zero_stage=0, lr=0.0)
@@ -174,8 +174,8 @@ def test_update_gradient_equals_the_hand_computed_one(tiny_model_dir, kind):
 def test_at_current_is_exactly_zero_for_the_student_itself_and_behaviour_reads_the_engine(tiny_model_dir):
     from train_helpers import seeded_engine
 
-    from sleuth.training.losses import LossConfig
-    from sleuth.training.update import PolicyUpdater, UpdateConfig
+    from sleuth.training.rl.losses import LossConfig
+    from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
 
     engine = seeded_engine(tiny_model_dir, zero_stage=0, lr=0.0)
     traj = _two_turn([11, 12, 13], [21, 22], [31, 32], [41, 42])
@@ -198,9 +198,9 @@ def test_privileged_context_reaches_only_the_teacher(tiny_model_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from sleuth.tasks.base import Task
-    from sleuth.training.engine import init_distributed
-    from sleuth.training.forward import ScoredForward
-    from sleuth.training.teacher import Teacher
+    from sleuth.training.distill.teacher import Teacher
+    from sleuth.training.rl.forward import ScoredForward
+    from sleuth.training.zero import init_distributed
 
     init_distributed()
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -231,7 +231,7 @@ def test_privileged_context_reaches_only_the_teacher(tiny_model_dir):
 
 def test_supporting_documents_are_the_gold_ones(hotpot_tasks):
     from sleuth.tasks.qa import qa_docs
-    from sleuth.training.teacher import privileged_text
+    from sleuth.training.distill.teacher import privileged_text
 
     task = hotpot_tasks[0]
     docs = qa_docs(task)
@@ -247,8 +247,8 @@ def test_a_teacher_with_another_vocabulary_is_refused_naming_both(tiny_model_dir
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from sleuth.envs.retrieval.dense import minilm_dir
+    from sleuth.training.distill.load import load_teacher
     from sleuth.training.run import PolicyModel
-    from sleuth.training.teacher_load import load_teacher
 
     other = tmp_path / "wordpiece-lm"
     wp = AutoTokenizer.from_pretrained(minilm_dir())
@@ -273,7 +273,7 @@ def test_a_teacher_with_another_vocabulary_is_refused_naming_both(tiny_model_dir
 def test_opd_recipe_trains_and_logs(tiny_model_dir, tmp_path):
     """configs/docread_opd.yaml (pure OPD, the student with the gold documents as its teacher) on the tiny model:
     the row carries the teacher's metrics, and the rollouts the student was trained on never hold the context."""
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     cfg = load_config("docread_opd", {"model": tiny_model_dir, "out": str(tmp_path / "run"), "task_limit": 8,
                                       "max_steps": 1, "rollout.max_tokens": 8, "rollout.group_size": 2,
@@ -337,10 +337,10 @@ def test_on_policy_distillation_moves_the_student_towards_a_teacher_it_has_never
     from train_helpers import seeded_engine
     from transformers import AutoModelForCausalLM
 
-    from sleuth.training.forward import ScoredForward
-    from sleuth.training.losses import LossConfig
-    from sleuth.training.teacher import Teacher
-    from sleuth.training.update import PolicyUpdater, UpdateConfig
+    from sleuth.training.distill.teacher import Teacher
+    from sleuth.training.rl.forward import ScoredForward
+    from sleuth.training.rl.losses import LossConfig
+    from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
 
     engine = seeded_engine(_small_lm(tmp_path / "student", 0), zero_stage=0, lr=lr)
     teacher_model = AutoModelForCausalLM.from_pretrained(_small_lm(tmp_path / "teacher", 1)).eval()
@@ -374,7 +374,7 @@ def test_on_policy_distillation_moves_the_student_towards_a_teacher_it_has_never
 def test_lora_student_with_a_self_teacher_and_the_topk_loss(tiny_model_dir, tmp_path):
     """LoRA × the top-k forward KL × a `self` teacher: the teacher is the adapted policy (no second model) and
     the loss term reaches the adapters."""
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     cfg = load_config("docread_opd", {
         "model": tiny_model_dir, "out": str(tmp_path / "run"), "task_limit": 8, "max_steps": 1,
@@ -389,7 +389,7 @@ def test_lora_student_with_a_self_teacher_and_the_topk_loss(tiny_model_dir, tmp_
 
 def test_zero3_student_with_a_self_teacher(tiny_model_dir, tmp_path):
     """ZeRO-3 partitions the policy's weights: the `self` teacher's forwards gather them like the update's own."""
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     cfg = load_config("docread_opd_cigpo", {
         "model": tiny_model_dir, "out": str(tmp_path / "run"), "task_limit": 8, "max_steps": 1,

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 import sleuth
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy
-from sleuth.cli import main
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.policies.load import load_policy
+from sleuth.cli.main import main
+from sleuth.core.net import free_port
 from sleuth.envs.families import EnvFailure, MissingExtraError
 from sleuth.envs.families.base import require
 from sleuth.envs.registry import UnknownEnvError
-from sleuth.net import free_port
 from sleuth.tasks import LeakageError, check_tasks, held_out_specs, load_held_out, load_tasks
 
 FOREIGN = str(Path(__file__).parent / "foreign")
@@ -164,7 +164,7 @@ def test_a_model_opponent_plays_its_seat_through_an_openai_server_and_its_death_
     import os
     import signal
 
-    from sleuth.net import subprocess_server
+    from sleuth.core.net import subprocess_server
 
     with subprocess_server(["gateway", "--policy", tiny_model_dir]) as (url, proc):
         env = sleuth.make("textarena:TicTacToe-v0", opponent={"url": f"{url}/v1", "max_tokens": 8})
@@ -221,7 +221,7 @@ def test_an_openenv_action_model_becomes_a_tool_and_malformed_calls_are_observat
 
 
 def test_an_env_that_raises_in_step_fails_the_episode_and_is_never_scored(monkeypatch, tokenizer):
-    from sleuth.agents.policy import Generation
+    from sleuth.agents.policies.base import Generation
 
     monkeypatch.syspath_prepend(FOREIGN)
 
@@ -366,7 +366,7 @@ def test_smollm2_plays_each_family_under_sleuth_eval(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_grpo_trains_two_steps_on_a_reasoning_gym_and_a_textarena_env(tiny_model_dir, tmp_path):
     from sleuth.training.config import load_config
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     for env, args in [("reasoning_gym:chain_sum", SUMS), ("textarena:TicTacToe-v0", {"max_turns": 3})]:
         cfg = load_config(overrides={"model": tiny_model_dir, "env": env, "env_args": args, "max_steps": 2,
@@ -380,8 +380,8 @@ def test_grpo_trains_two_steps_on_a_reasoning_gym_and_a_textarena_env(tiny_model
 
 
 def test_a_family_env_served_by_sleuth_serve_env_keeps_its_legal_moves():
-    from sleuth.envs.env_server import create_app
-    from sleuth.net import in_thread
+    from sleuth.core.net import in_thread
+    from sleuth.servers.env import create_app
 
     with in_thread(create_app("gem:game:GuessTheNumber-v0-easy")) as url:
         trajs = list(run_episodes(lambda: sleuth.make("Remote-v0", url=url), load_tasks("seeds:0-2"),

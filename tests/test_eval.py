@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from sleuth.agents.evaluate import load_trajectories
-from sleuth.cli import main
+from sleuth.agents.eval.episodes import load_trajectories
+from sleuth.cli.main import main
 
 
 def run_eval(out, *extra):

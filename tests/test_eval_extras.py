@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from sleuth.agents.breakdown import breakdown, pass_at_k, pass_at_ks
-from sleuth.agents.compare import bootstrap_ci, compare
+from sleuth.agents.eval.breakdown import breakdown, pass_at_k, pass_at_ks
+from sleuth.agents.eval.compare import bootstrap_ci, compare
 from sleuth.agents.trajectory import Trajectory
-from sleuth.cli import main
+from sleuth.cli.main import main
 from sleuth.tasks import Task
 from sleuth.verifiers.base import Verdict
 
@@ -43,7 +43,7 @@ def test_bootstrap_ci_brackets_the_mean_and_collapses_without_variance():
 
 
 def test_per_task_has_tool_error_share_and_answered_by_hand():
-    from sleuth.agents.compare import per_task
+    from sleuth.agents.eval.compare import per_task
     from sleuth.agents.trajectory import Turn
 
     def episode(task_id, errors, answered):
@@ -143,7 +143,7 @@ def test_other_commands_refuse_bad_numbers_too(argv, capsys):
 
 
 def test_answer_read_splits_reading_from_extracting_by_hand():
-    from sleuth.agents.evaluate import summarise
+    from sleuth.agents.eval.episodes import summarise
     from sleuth.agents.trajectory import ReadEvent, Turn
 
     def episode(task_id, f1, *answers):
@@ -161,15 +161,15 @@ def test_answer_read_splits_reading_from_extracting_by_hand():
     assert s["score_when_answer_read"] == pytest.approx(0.75)  # (1.0 + 0.5) / 2
     assert "answer_read" not in s  # the per-episode flag is not averaged over every episode as well
     b = [episode("a", 1.0, (False, True)), episode("b", 0.5, (True, True)), episode("d", 1.0, (None, True))]
-    from sleuth.agents.compare import per_task
+    from sleuth.agents.eval.compare import per_task
 
     assert per_task(b)["a"]["answer_read"] == 0.0 and per_task(b)["b"]["answer_read"] == 1.0
     assert "answer_read" not in per_task(b)["d"]
 
 
 def test_title_answer_says_whether_the_answer_was_the_name_of_a_document_shown():
-    from sleuth.agents.compare import per_task
-    from sleuth.agents.evaluate import summarise
+    from sleuth.agents.eval.compare import per_task
+    from sleuth.agents.eval.episodes import summarise
     from sleuth.agents.trajectory import ReadEvent, Turn
 
     def episode(task_id, prediction, *reads):

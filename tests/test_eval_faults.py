@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from sleuth.agents.evaluate import load_trajectories
-from sleuth.net import free_port, wait_healthy
+from sleuth.agents.eval.episodes import load_trajectories
+from sleuth.core.net import free_port, wait_healthy
 
 
 def sleuth(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

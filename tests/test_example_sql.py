@@ -6,7 +6,7 @@ import json
 import pytest
 
 import sleuth
-from sleuth.cli import main
+from sleuth.cli.main import main
 from sleuth.envs.registry import registrations
 from sleuth.tasks import load_tasks
 from sleuth.verifiers.registry import get_verifier

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import sleuth
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.policies.load import load_policy
 from sleuth.envs.registry import UnknownEnvError
 from sleuth.tasks import load_tasks
 

@@ -24,8 +24,8 @@ def _grads(model):
 def test_scored_forward_matches_the_full_logits_and_their_gradients(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
-    from sleuth.training.forward import ScoredForward
-    from sleuth.training.losses import scored_logprobs, token_logprobs
+    from sleuth.training.rl.forward import ScoredForward
+    from sleuth.training.rl.losses import scored_logprobs, token_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     ids, attn, mask = _batch(model.config.vocab_size)
@@ -57,7 +57,7 @@ def test_the_full_logits_switch_runs_the_head_everywhere_for_the_same_numbers(ti
     tempers that copy, yet gives the scored path's logprobs, entropies and gradients: T is applied once."""
     from transformers import AutoModelForCausalLM
 
-    from sleuth.training.forward import ScoredForward
+    from sleuth.training.rl.forward import ScoredForward
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     ids, attn, mask = _batch(model.config.vocab_size)
@@ -81,8 +81,8 @@ def test_the_full_logits_switch_runs_the_head_everywhere_for_the_same_numbers(ti
 def test_a_model_with_soft_capped_logits_keeps_its_own_logits():
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
-    from sleuth.training.forward import ScoredForward
-    from sleuth.training.losses import scored_logprobs, token_logprobs
+    from sleuth.training.rl.forward import ScoredForward
+    from sleuth.training.rl.losses import scored_logprobs, token_logprobs
 
     cfg = Gemma2Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                        num_attention_heads=2, num_key_value_heads=1, head_dim=16, final_logit_softcapping=3.0)
@@ -101,8 +101,8 @@ def test_lora_model_uses_the_base_models_head(tiny_model_dir):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from sleuth.training.forward import ScoredForward
-    from sleuth.training.losses import scored_logprobs, token_logprobs
+    from sleuth.training.rl.forward import ScoredForward
+    from sleuth.training.rl.losses import scored_logprobs, token_logprobs
 
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
@@ -117,7 +117,7 @@ def test_lora_model_uses_the_base_models_head(tiny_model_dir):
 def test_a_batch_without_scored_tokens_gives_empty_logits(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
-    from sleuth.training.forward import ScoredForward
+    from sleuth.training.rl.forward import ScoredForward
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     ids, attn, _ = _batch(model.config.vocab_size)
@@ -142,8 +142,8 @@ def _ragged(vocab: int):
 def test_packed_forward_gives_the_padded_logprobs_entropies_and_gradients(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
-    from sleuth.training.forward import ScoredForward
-    from sleuth.training.losses import scored_logprobs
+    from sleuth.training.rl.forward import ScoredForward
+    from sleuth.training.rl.losses import scored_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     ids, attn, mask = _ragged(model.config.vocab_size)
@@ -173,7 +173,7 @@ def test_segment_attention_runs_one_causal_call_per_packed_sequence(tiny_model_d
     import transformers.integrations.sdpa_attention as sdpa
     from transformers import AutoModelForCausalLM
 
-    from sleuth.training.packing import NAME, segments, use_segment_attention
+    from sleuth.training.rl.packing import NAME, segments, use_segment_attention
 
     assert segments(torch.tensor([0, 1, 2, 0, 1, 0, 1, 2, 3])) == [(0, 3), (3, 5), (5, 9)]
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
@@ -223,8 +223,8 @@ def test_a_model_that_attends_across_packed_sequences_runs_padded(tiny_model_dir
     warning, and the padded forward."""
     from transformers import AutoModelForCausalLM
 
-    from sleuth.training.forward import ScoredForward
-    from sleuth.training.losses import scored_logprobs
+    from sleuth.training.rl.forward import ScoredForward
+    from sleuth.training.rl.losses import scored_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
 
@@ -247,8 +247,8 @@ def test_chunked_logprobs_give_the_same_numbers_and_gradients_and_recompute_the_
     the whole (n, V) logits at once (temperature 0.7)."""
     from transformers import AutoModelForCausalLM
 
-    from sleuth.training.forward import ScoredForward
-    from sleuth.training.losses import scored_logprobs
+    from sleuth.training.rl.forward import ScoredForward
+    from sleuth.training.rl.losses import scored_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     ids, attn, mask = _batch(model.config.vocab_size)

@@ -7,8 +7,8 @@ import openai
 import pytest
 
 from sleuth.agents.gateway import Gateway, create_app
-from sleuth.agents.policy import Generation, SamplingParams
-from sleuth.net import in_thread
+from sleuth.agents.policies.base import Generation, SamplingParams
+from sleuth.core.net import in_thread
 
 TOOLS = [{"type": "function", "function": {"name": "read", "description": "Read a document by number.",
                                             "parameters": {"type": "object", "properties": {"doc": {"type": "integer"}},
@@ -156,7 +156,7 @@ def test_a_prompt_over_the_context_is_refused_as_openai_does_and_a_wrong_key_is_
 
 
 def test_a_real_model_through_the_sdk_records_what_it_sampled(tiny_model_dir):
-    from sleuth.agents.hf import TransformersPolicy
+    from sleuth.agents.policies.hf import TransformersPolicy
 
     policy = TransformersPolicy(tiny_model_dir)
     returned = []
@@ -182,7 +182,7 @@ def test_sleuth_serve_gateway_records_sessions_for_a_client_in_any_language(tmp_
 
     import httpx
 
-    from sleuth.net import free_port, wait_healthy
+    from sleuth.core.net import free_port, wait_healthy
 
     refused = subprocess.run([sys.executable, "-m", "sleuth.cli", "serve", "gateway", "--host", "0.0.0.0"],
                              capture_output=True, text=True, timeout=60)
@@ -207,7 +207,7 @@ def test_sleuth_serve_gateway_records_sessions_for_a_client_in_any_language(tmp_
 
 
 def test_an_engine_failure_is_a_503_and_fails_the_episode_even_if_the_agent_answers(served, hotpot_tasks):
-    from sleuth.agents.agent_runner import run_agent_episodes
+    from sleuth.agents.gateway.agent_runner import run_agent_episodes
 
     _, gw, url = served(["first"])  # the script runs out at the second call: the engine raises
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import sleuth
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.policies.load import load_policy
 from sleuth.rewards.gear import GearGT, segment_starts, segment_weights
 
 
@@ -69,7 +69,7 @@ def test_gear_gt_refresh_loads_the_merged_lora_policy(tiny_model_dir):
     policy's; the policy's raw (un-merged) names do not match the reader's and raise."""
     import torch
 
-    from sleuth.training.engine import full_state_dict
+    from sleuth.training.zero import full_state_dict
 
     policy = lora_policy(tiny_model_dir)
     est = GearGT(tiny_model_dir)
@@ -125,8 +125,8 @@ def test_mixing_starts_uniform_and_distillation_is_zero_for_identical_teacher(ti
     from transformers import AutoModelForCausalLM
 
     from sleuth.rewards.base import MixingSpec
-    from sleuth.training.forward import Scored
-    from sleuth.training.mixing import Mixing
+    from sleuth.training.rl.forward import Scored
+    from sleuth.training.rl.mixing import Mixing
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     mix = Mixing(MixingSpec(granularities=3, entropy_coef=0.1), model, model.config.hidden_size)
@@ -152,9 +152,9 @@ def test_mixing_head_does_not_learn_to_maximise_the_advantage(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     from sleuth.rewards.base import MixingSpec
-    from sleuth.training.forward import Scored
-    from sleuth.training.losses import LossConfig, aggregate, policy_loss, scored_logprobs
-    from sleuth.training.mixing import Mixing
+    from sleuth.training.rl.forward import Scored
+    from sleuth.training.rl.losses import LossConfig, aggregate, policy_loss, scored_logprobs
+    from sleuth.training.rl.mixing import Mixing
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
@@ -194,16 +194,16 @@ def test_gear_mix_update_trains_the_head_and_moves_the_teacher(tiny_model_dir, l
     from transformers import AutoModelForCausalLM
 
     from sleuth.rewards.base import MixingSpec
-    from sleuth.training.engine import (
+    from sleuth.training.rl.losses import LossConfig
+    from sleuth.training.rl.mixing import Mixing
+    from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
+    from sleuth.training.zero import (
         EngineConfig,
         LoraConfig,
         build_engine,
         full_state_dict,
         init_distributed,
     )
-    from sleuth.training.losses import LossConfig
-    from sleuth.training.mixing import Mixing
-    from sleuth.training.update import PolicyUpdater, UpdateConfig
 
     init_distributed()
     torch.manual_seed(0)
@@ -236,8 +236,8 @@ def test_gear_mix_teacher_starts_as_the_merged_lora_policy(tiny_model_dir):
     import torch
 
     from sleuth.rewards.base import MixingSpec
-    from sleuth.training.engine import full_state_dict
-    from sleuth.training.mixing import Mixing
+    from sleuth.training.rl.mixing import Mixing
+    from sleuth.training.zero import full_state_dict
 
     policy = lora_policy(tiny_model_dir, r=4, alpha=8)
     mix = Mixing(MixingSpec(granularities=2), policy, policy.config.hidden_size)
@@ -263,8 +263,8 @@ def test_gear_mix_ema_follows_the_merged_lora_weights(tiny_model_dir):
     import torch
 
     from sleuth.rewards.base import MixingSpec
-    from sleuth.training.engine import full_state_dict
-    from sleuth.training.mixing import Mixing
+    from sleuth.training.rl.mixing import Mixing
+    from sleuth.training.zero import full_state_dict
 
     d = 0.75
     policy = lora_policy(tiny_model_dir, r=4, alpha=8)
@@ -292,7 +292,7 @@ def test_gear_mix_ema_of_a_plain_policy_and_a_name_mismatch_raises(tiny_model_di
     from transformers import AutoModelForCausalLM
 
     from sleuth.rewards.base import MixingSpec
-    from sleuth.training.mixing import Mixing
+    from sleuth.training.rl.mixing import Mixing
 
     d = 0.75
     torch.manual_seed(0)
@@ -330,8 +330,8 @@ def test_gear_mix_teacher_under_zero3_holds_the_full_weights(tiny_model_dir):
     from train_helpers import seeded_engine
 
     from sleuth.rewards.base import MixingSpec
-    from sleuth.training.engine import full_state_dict
-    from sleuth.training.mixing import Mixing
+    from sleuth.training.rl.mixing import Mixing
+    from sleuth.training.zero import full_state_dict
 
     engine = seeded_engine(tiny_model_dir, zero_stage=3, lr=1e-3, dtype="fp32")
     mix = Mixing(MixingSpec(granularities=2), engine.module, engine.module.config.hidden_size)

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from sleuth.agents.hf import TransformersPolicy
-from sleuth.agents.policy import Request, SamplingParams
+from sleuth.agents.policies.base import Request, SamplingParams
+from sleuth.agents.policies.hf import TransformersPolicy
 
 
 def _teacher_forced(policy: TransformersPolicy, prompt: list[int], ids: list[int], temperature: float) -> list[float]:
@@ -184,7 +184,7 @@ def test_a_directory_that_is_not_a_model_is_named_in_one_line(tmp_path, contents
 
 
 def test_a_model_directory_passes_the_check_and_a_file_does_not(tiny_model_dir):
-    from sleuth.agents.models import NotAModelDirectory, check_model_dir, resolve_model
+    from sleuth.agents.policies.models import NotAModelDirectory, check_model_dir, resolve_model
 
     assert resolve_model(tiny_model_dir) == tiny_model_dir
     with pytest.raises(NotAModelDirectory, match="is a file, not a model directory"):
@@ -196,7 +196,7 @@ def test_a_tiny_model_is_built_from_a_config_and_a_tokenizer_without_weights(tin
     tokenizer, while loading a policy from that directory is still refused."""
     import shutil
 
-    from sleuth.agents.models import NotAModelDirectory, resolve_model, tiny_model
+    from sleuth.agents.policies.models import NotAModelDirectory, resolve_model, tiny_model
 
     bare = tmp_path / "tok"
     bare.mkdir()

@@ -16,9 +16,7 @@ import httpx
 import pytest
 
 import sleuth
-from sleuth.envs.env_server import create_app
-from sleuth.envs.remote import AsyncRemoteEnv, RemoteEnv, RemoteEnvError
-from sleuth.net import (
+from sleuth.core.net import (
     RetriesExhausted,
     free_port,
     in_thread,
@@ -27,6 +25,8 @@ from sleuth.net import (
     send_with_retries,
     wait_healthy,
 )
+from sleuth.envs.remote import AsyncRemoteEnv, RemoteEnv, RemoteEnvError
+from sleuth.servers.env import create_app
 
 
 def flaky_app(failures: int, status: int = 503, retry_after: str | None = None):

@@ -84,8 +84,8 @@ def test_a_read_the_policy_never_saw_gains_nothing(hotpot_tasks):
     """The budget ends the episode on a read: the agent loop marks it not shown, and its gain is 0 (it was
     once scored as a new, empty document)."""
     import sleuth
-    from sleuth.agents.loop import run_episodes
-    from sleuth.agents.policies import load_policy
+    from sleuth.agents.loop.episodes import run_episodes
+    from sleuth.agents.policies.load import load_policy
 
     task = hotpot_tasks[0]
     make = lambda: sleuth.make("DocRead-v0", harness="text", budget=1)  # noqa: E731
@@ -197,8 +197,8 @@ def test_answer_variant_pays_the_first_read_that_shows_the_answer_by_hand():
 def test_answer_variant_scores_real_docread_episodes_read_back_from_disk(tmp_path):
     """The env marks each read (`ReadEvent.answer`), the flag survives the trajectories file, and the gain
     lands on the oracle's read of the document that holds the answer."""
-    from sleuth.agents.evaluate import load_trajectories
-    from sleuth.cli import main
+    from sleuth.agents.eval.episodes import load_trajectories
+    from sleuth.cli.main import main
     from sleuth.tasks.holdout import load_held_out
 
     assert main(["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--limit", "6", "--out", str(tmp_path)]) == 0

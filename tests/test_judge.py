@@ -11,9 +11,9 @@ import pytest
 from judge_server import Hang, judge_file, members_shown
 
 from sleuth import rewards
-from sleuth.agents.rescore import Rescorer
+from sleuth.agents.eval.rescore import Rescorer
 from sleuth.agents.trajectory import Trajectory, Turn
-from sleuth.net import free_port
+from sleuth.core.net import free_port
 from sleuth.tasks.base import Task
 from sleuth.verifiers.base import CannotScore, Verdict
 from sleuth.verifiers.judge import JudgeConfigError, JudgeUnavailable
@@ -205,8 +205,8 @@ def test_bad_judge_files_are_one_clear_error(tmp_path):
 def test_sleuth_score_and_the_verifier_server_use_a_judge(serve_judge, tmp_path):
     from fastapi.testclient import TestClient
 
+    from sleuth.servers.verifier import create_app
     from sleuth.verifiers.batch import score_file
-    from sleuth.verifiers.server import create_app
 
     _, url = serve_judge(lambda m: "SCORE: 10" if "Paris" in m[-1]["content"].split("Response:")[1] else "SCORE: 0")
     name = judge_file(tmp_path, url)

@@ -12,8 +12,8 @@ import pytest
 from judge_server import ScriptedJudge, judge_file
 from judge_server import members_shown as members
 
-from sleuth.agents.evaluate import load_trajectories
-from sleuth.net import free_port, in_thread
+from sleuth.agents.eval.episodes import load_trajectories
+from sleuth.core.net import free_port, in_thread
 
 
 def sleuth(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -88,7 +88,7 @@ def test_sleuth_eval_with_a_judge_that_is_down_scores_nothing_and_the_same_comma
     judge = ScriptedJudge(lambda m: "SCORE: 10")  # the judge comes back on the same port
     import uvicorn
 
-    from sleuth.net import wait_healthy
+    from sleuth.core.net import wait_healthy
 
     server = uvicorn.Server(uvicorn.Config(judge.app(), host="127.0.0.1", port=port, log_level="error"))
     import threading
@@ -108,7 +108,7 @@ def test_sleuth_eval_with_a_judge_that_is_down_scores_nothing_and_the_same_comma
 
 def test_sleuth_train_takes_its_outcome_from_a_group_judge(serve_judge, tiny_model_dir, tmp_path):
     from sleuth.training.config import load_config
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     judge, url = serve_judge(by_length_mod)
     # shown the transcripts (the tiny model never answers: its responses are all empty, its actions are not)
@@ -131,10 +131,10 @@ def test_sleuth_train_takes_its_outcome_from_a_group_judge(serve_judge, tiny_mod
 
 def test_sleuth_train_never_scores_a_group_its_judge_could_not_judge(tiny_model_dir, tmp_path, hotpot_tasks):
     """A judge that is down: each group fails as a verifier error, is counted and sampled again, never trained on."""
-    from sleuth.agents.rescore import Rescorer
+    from sleuth.agents.eval.rescore import Rescorer
     from sleuth.agents.trajectory import Trajectory, Turn
     from sleuth.rewards import make
-    from sleuth.training.collected import Collected
+    from sleuth.training.rl.collected import Collected
     from sleuth.verifiers.base import Verdict
 
     name = judge_file(tmp_path, f"http://127.0.0.1:{free_port()}", mode="group", retries=0)
@@ -171,7 +171,7 @@ def test_trl_grpo_trainer_trains_on_a_group_judge(serve_judge, tmp_path):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from sleuth.agents.models import embedded_model_dir
+    from sleuth.agents.policies.models import embedded_model_dir
     from sleuth.verifiers.adapters import trl_reward
 
     judge, url = serve_judge(by_length)
@@ -256,8 +256,8 @@ def test_verl_and_openrlhf_themselves_get_a_judges_scores(serve_judge, tmp_path)
     import os
     from pathlib import Path
 
-    from sleuth.agents.models import resolve_model
-    from sleuth.verifiers.server import create_app
+    from sleuth.agents.policies.models import resolve_model
+    from sleuth.servers.verifier import create_app
 
     judge, url = serve_judge(right_or_wrong)
     name = judge_file(tmp_path, url)

@@ -2,9 +2,9 @@
 
 import json
 
-from sleuth.agents.evaluate import load_trajectories
-from sleuth.agents.scripted import lexical_plan
-from sleuth.cli import main
+from sleuth.agents.eval.episodes import load_trajectories
+from sleuth.agents.policies.scripted import lexical_plan
+from sleuth.cli.main import main
 from sleuth.tasks.qa import Document
 
 DOCS = [

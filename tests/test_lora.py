@@ -5,12 +5,12 @@ import pytest
 import torch
 from train_helpers import fixed_batch, seeded_engine, surrogate
 
-from sleuth.training.losses import LossConfig
-from sleuth.training.update import PolicyUpdater, UpdateConfig
+from sleuth.training.rl.losses import LossConfig
+from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
 
 
 def test_lora_update_trains_only_adapters(tiny_model_dir):
-    from sleuth.training.engine import LoraConfig, full_state_dict
+    from sleuth.training.zero import LoraConfig, full_state_dict
 
     engine = seeded_engine(tiny_model_dir, zero_stage=2, lr=1e-2, lora=LoraConfig(r=4))
     trainable = [n for n, p in engine.module.named_parameters() if p.requires_grad]
@@ -32,8 +32,8 @@ def test_a_lora_sync_sends_w_plus_ba_and_leaves_the_frozen_weights_alone(tiny_mo
     """The synced weights are W + (α/r)·B·A (by hand), the frozen W is bit-identical after several syncs (an
     in-place merge and unmerge rounds it away in bf16), and the rollout engine passes the sync check: its
     logits equal the trainer's merged forward exactly."""
-    from sleuth.training.engine import LoraConfig, full_state_dict
-    from sleuth.training.rollout import TransformersRollout
+    from sleuth.training.rollout.engine import TransformersRollout
+    from sleuth.training.zero import LoraConfig, full_state_dict
 
     engine = seeded_engine(tiny_model_dir, zero_stage=0, lr=1e-2, dtype=dtype, lora=LoraConfig(r=4, alpha=8))
     with torch.no_grad():

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from sleuth.training.losses import (
+from sleuth.training.rl.losses import (
     LossConfig,
     aggregate,
     denominator,
@@ -338,7 +338,7 @@ def test_bad_loss_config_is_refused(bad):
 def test_chunked_logprobs_divide_bf16_logits_by_the_temperature_in_fp32(chunk):
     """A bf16 model's head returns bf16 logits; dividing them by T = 0.7 in bf16 would round each logit to
     8 bits of mantissa again (~1e-2 at logits ~5). Logprobs and entropies are those of fp32(logits) / T."""
-    from sleuth.training.losses import chunked_logprobs
+    from sleuth.training.rl.losses import chunked_logprobs
 
     torch.manual_seed(0)
     hidden = torch.randn(5, 8, dtype=torch.bfloat16)
@@ -360,7 +360,7 @@ def test_chunked_logprobs_divide_bf16_logits_by_the_temperature_in_fp32(chunk):
 
 def test_log_ratio_clamp_is_counted():
     """A token whose log-ratio passes ±LOG_RATIO_CLAMP gets a clamped (wrong) ratio: the stat says where."""
-    from sleuth.training.losses import LOG_RATIO_CLAMP
+    from sleuth.training.rl.losses import LOG_RATIO_CLAMP
 
     logp = _t([-1.0, -1.0, -1.0])
     old = _t([-1.0, -1.0 - LOG_RATIO_CLAMP - 5, -1.0 + LOG_RATIO_CLAMP + 1])

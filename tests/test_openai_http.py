@@ -7,9 +7,9 @@ import json
 import httpx
 import pytest
 
-from sleuth.agents.openai_http import OpenAICompletionsPolicy, ServerError, ServerUnreachable
-from sleuth.agents.policy import Request, SamplingParams
-from sleuth.net import free_port, in_thread, retry_counts
+from sleuth.agents.policies.base import Request, SamplingParams
+from sleuth.agents.policies.openai_http import OpenAICompletionsPolicy, ServerError, ServerUnreachable
+from sleuth.core.net import free_port, in_thread, retry_counts
 
 
 def policy(tokenizer, handler):

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 import sleuth
-from sleuth.agents.evaluate import evaluate
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policy import Generation
+from sleuth.agents.eval.episodes import evaluate
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.policies.base import Generation
+from sleuth.core.net import free_port, retry_counts, wait_healthy
 from sleuth.envs.families.base import MAX_INVALID_ACTIONS
-from sleuth.net import free_port, retry_counts, wait_healthy
 from sleuth.tasks import load_tasks
 
 pytest.importorskip("openenv.core")

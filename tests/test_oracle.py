@@ -4,9 +4,9 @@
 import pytest
 
 import sleuth
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy
-from sleuth.agents.scripted import env_class
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.policies.load import load_policy
+from sleuth.agents.policies.scripted import env_class
 from sleuth.envs import ToolEnv, tool
 from sleuth.envs.code import CodeEnv
 from sleuth.envs.docread import DocReadEnv

@@ -9,9 +9,9 @@ import subprocess
 import sys
 import time
 
-from sleuth.net import free_port, wait_healthy
-from sleuth.training.engine import DIST_VARS
+from sleuth.core.net import free_port, wait_healthy
 from sleuth.training.metrics import read_metrics
+from sleuth.training.zero import DIST_VARS
 
 ENV = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
 
@@ -42,8 +42,8 @@ def test_a_step_that_lost_every_env_server_is_sampled_again_and_a_signal_in_the_
     (`checkpoint.every=0`: only a stop writes one) is of the step before it as it stood when the step began, so
     the resumed run draws the very tasks the abandoned step had drawn first."""
     from sleuth.training.config import load_config
+    from sleuth.training.rl.task_order import TaskSampler
     from sleuth.training.run import training_tasks
-    from sleuth.training.sampler import TaskSampler
 
     port = free_port()
     out, log = tmp_path / "run", tmp_path / "train.log"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from sleuth.core.net import subprocess_server
 from sleuth.envs.outbound.session import OVER, ToolSession
-from sleuth.net import subprocess_server
 from sleuth.tasks import write_tasks
 
 DOCREAD = "sleuth/DocRead-v0"

@@ -10,7 +10,7 @@ def _grads(model):
 
 def test_layout_lays_a_common_prefix_out_once():
     """Hand case: two sequences sharing their first 16 tokens and one that shares nothing."""
-    from sleuth.training.packing import MIN_SHARED, layout
+    from sleuth.training.rl.packing import MIN_SHARED, layout
 
     p = list(range(100, 100 + MIN_SHARED))
     a, b, c = [*p, 1, 2], [*p, 3, 4, 5], list(range(200, 204))
@@ -32,7 +32,7 @@ def test_layout_lays_a_common_prefix_out_once():
 def test_layout_nests_branches_of_one_episode_inside_their_groups_prompt():
     """Hand case: two episodes of one prompt P, and two branches of the first from its context P + C: P once,
     C once (inside P), and each branch only its own tokens, attending to both spans."""
-    from sleuth.training.packing import MIN_SHARED, layout
+    from sleuth.training.rl.packing import MIN_SHARED, layout
 
     p, c = list(range(100, 100 + MIN_SHARED)), list(range(200, 200 + MIN_SHARED))
     ep1, ep2, b1, b2 = [*p, *c, 1], [*p, 7, 8], [*p, *c, 2, 3], [*p, *c, 4]
@@ -49,7 +49,7 @@ def test_nested_prefixes_give_each_sequence_its_own_logits(tiny_model_dir):
     """Branches inside a group's prompt, in one row: every token's logits are those of its sequence run alone."""
     from transformers import AutoModelForCausalLM
 
-    from sleuth.training.packing import layout, use_segment_attention
+    from sleuth.training.rl.packing import layout, use_segment_attention
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     use_segment_attention(model)
@@ -91,8 +91,8 @@ def test_a_shared_prompt_runs_once_and_gives_each_members_own_numbers(tiny_model
     batch's."""
     from transformers import AutoModelForCausalLM
 
-    from sleuth.training.forward import ScoredForward
-    from sleuth.training.losses import scored_logprobs
+    from sleuth.training.rl.forward import ScoredForward
+    from sleuth.training.rl.losses import scored_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     ids, attn, mask = _group_rows(model.config.vocab_size)
@@ -122,7 +122,7 @@ def test_a_shared_prefix_with_restarted_positions_would_show(tiny_model_dir):
     it had no prefix) give other logprobs."""
     from transformers import AutoModelForCausalLM
 
-    from sleuth.training.packing import layout, use_segment_attention
+    from sleuth.training.rl.packing import layout, use_segment_attention
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     use_segment_attention(model)

@@ -18,7 +18,7 @@ def figures(monkeypatch):
 
 
 def test_comparison_bars_label_zero_values_and_keep_the_legend_outside(tmp_path, figures):
-    from sleuth.agents.report import write_comparison
+    from sleuth.agents.eval.report import write_comparison
 
     rows = [{"run": "a", "policy": "a", "n": 2, "score": 0.0, "em": 0.0, "f1": 0.0, "support_recall": 0.5},
             {"run": "b", "policy": "b", "n": 2, "score": 1.0, "em": 1.0, "f1": 1.0, "support_recall": 1.0}]
@@ -40,7 +40,7 @@ def test_a_one_step_training_plot_has_integer_steps(tmp_path, figures):
 
 
 def test_compare_with_no_shared_tasks_exits_non_zero(tmp_path, capsys):
-    from sleuth.cli import main
+    from sleuth.cli.main import main
 
     a, b = tmp_path / "a", tmp_path / "b"
     assert main(["eval", "--tasks", "hotpotqa:test", "--policy", "oracle", "--limit", "2", "--out", str(a)]) == 0

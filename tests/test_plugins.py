@@ -8,7 +8,7 @@ import gymnasium
 import pytest
 
 import sleuth
-from sleuth.cli import main
+from sleuth.cli.main import main
 from sleuth.envs.registry import ENVS, load_plugins, registrations
 from sleuth.tasks import load_tasks
 from sleuth.verifiers.registry import VERIFIERS, get_verifier, score
@@ -104,7 +104,7 @@ def test_importing_sleuth_reads_no_entry_point():
     code = ("import importlib.metadata as m\n"
             "groups, real = [], m.entry_points\n"
             "m.entry_points = lambda **kw: groups.append(kw.get('group')) or real(**kw)\n"
-            "import sleuth, sleuth.agents.policies, sleuth.envs.parsers, sleuth.tasks, sleuth.verifiers.registry\n"
+            "import sleuth, sleuth.agents.policies.load, sleuth.envs.parsers, sleuth.tasks, sleuth.verifiers.registry\n"
             "print([g for g in groups if g and g.startswith('sleuth.')])\n"
             "sleuth.make('DocRead-v0')\n"
             "print([g for g in groups if g and g.startswith('sleuth.')])\n")
@@ -114,7 +114,7 @@ def test_importing_sleuth_reads_no_entry_point():
 
 
 def test_serve_verifier_takes_a_plugin_verifier_and_refuses_an_unknown_name(plugin_package, monkeypatch, capsys):
-    import sleuth.verifiers.server as server
+    import sleuth.servers.verifier as server
 
     served = []
     monkeypatch.setattr(server, "serve", lambda name, host, port, workers: served.append(name))

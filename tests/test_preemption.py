@@ -16,9 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sleuth.interrupts import HoldUntilStepEnd, Terminated, exit_code, sigterm_as_interrupt
-from sleuth.training.engine import DIST_VARS
+from sleuth.core.interrupts import HoldUntilStepEnd, Terminated, exit_code, sigterm_as_interrupt
 from sleuth.training.metrics import read_metrics
+from sleuth.training.zero import DIST_VARS
 
 ENV = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
 RESUME_LINE = "interrupted: rerun with --resume to continue from the last checkpoint"

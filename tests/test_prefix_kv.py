@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from sleuth.agents.prefix_kv import PrefixEntry, PrefixKVStore, common_prefix
+from sleuth.agents.policies.prefix_kv import PrefixEntry, PrefixKVStore, common_prefix
 
 
 def _entry(ids: list[int], layers: int = 2) -> PrefixEntry:

@@ -11,9 +11,9 @@ import time
 import pytest
 from procs import Watched
 
-from sleuth.training.cluster import ClusterConfig
+from sleuth.training.cluster.placement import ClusterConfig
 from sleuth.training.config import ConfigError, load_config
-from sleuth.training.engine import DIST_VARS
+from sleuth.training.zero import DIST_VARS
 
 ray = pytest.importorskip("ray")
 
@@ -90,9 +90,9 @@ def test_a_restarted_worker_generates_with_the_current_weights(tiny_model_dir, t
     from transformers import AutoModelForCausalLM
 
     from sleuth.agents.chat import ChatRenderer
-    from sleuth.agents.hf import TransformersPolicy
-    from sleuth.agents.policy import Request, SamplingParams
-    from sleuth.training.ray_engine import RayRollout
+    from sleuth.agents.policies.base import Request, SamplingParams
+    from sleuth.agents.policies.hf import TransformersPolicy
+    from sleuth.training.cluster.rollout_engine import RayRollout
     from sleuth.training.run import PROBE
 
     cfg = load_config(overrides={"cluster.backend": "ray", "cluster.rollout_workers": 2, "cluster.max_restarts": 1,
@@ -133,7 +133,7 @@ def test_a_restarted_worker_generates_with_the_current_weights(tiny_model_dir, t
 def test_eval_on_ray_gives_the_local_results(tiny_model_dir, tmp_path):
     """`sleuth eval --cluster ray`: the episodes spread over two rollout workers come out token for token as
     the local engine's (greedy), and the run ends with the workers gone."""
-    from sleuth.agents.evaluate import load_trajectories
+    from sleuth.agents.eval.episodes import load_trajectories
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
@@ -159,8 +159,8 @@ def test_a_hung_worker_fails_the_sync_naming_it(tiny_model_dir, transport):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from sleuth.agents.chat import ChatRenderer
-    from sleuth.training.ray_engine import RayRollout
-    from sleuth.training.rollout import WeightSyncError
+    from sleuth.training.cluster.rollout_engine import RayRollout
+    from sleuth.training.rollout.engine import WeightSyncError
     from sleuth.training.run import PROBE
 
     cfg = load_config(overrides={"cluster.backend": "ray", "cluster.rollout_workers": 2,

@@ -14,8 +14,8 @@ import pytest
 import torch
 from procs import Watched, alive, descendants, running
 
-from sleuth.training.engine import DIST_VARS, auto_dtype, cpu_bf16_is_fast
-from sleuth.training.vllm_rollout import default_vllm_python
+from sleuth.training.rollout.vllm_servers import default_vllm_python
+from sleuth.training.zero import DIST_VARS, auto_dtype, cpu_bf16_is_fast
 
 pytestmark = pytest.mark.skipif(default_vllm_python() is None,
                                 reason="no vLLM interpreter (make vllm builds .venv-vllm)")
@@ -69,9 +69,9 @@ def test_a_restarted_vllm_worker_serves_the_current_weights_and_its_engine_dies_
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from sleuth.agents.chat import ChatRenderer
-    from sleuth.agents.policy import Request, SamplingParams
+    from sleuth.agents.policies.base import Request, SamplingParams
+    from sleuth.training.cluster.rollout_engine import RayRollout
     from sleuth.training.config import load_config
-    from sleuth.training.ray_engine import RayRollout
     from sleuth.training.run import PROBE
 
     cfg = load_config(overrides={"cluster.backend": "ray", "rollout.engine": "vllm", "cluster.rollout_workers": 1,

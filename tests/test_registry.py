@@ -7,7 +7,7 @@ import warnings
 import gymnasium
 import pytest
 
-from sleuth.registry import Registry, UnknownNameError
+from sleuth.core.registry import Registry, UnknownNameError
 
 
 def test_get_names_and_did_you_mean():
@@ -120,13 +120,13 @@ def test_a_module_attr_string_is_imported_on_first_lookup(tmp_path, monkeypatch)
 
 def test_every_registry_is_filled_by_register_with_objects_or_strings():
     """Each of sleuth's registries lists its built-in names from `register` calls, plugins' beside them."""
-    from sleuth.agents.policies import SCRIPTED_POLICIES
+    from sleuth.agents.policies.load import SCRIPTED_POLICIES
     from sleuth.envs.registry import ENVS
     from sleuth.rewards import ESTIMATORS
     from sleuth.verifiers.registry import EXTRACTORS, VERIFIERS
 
     assert {"oracle", "lexical", "random", "noop"} <= set(SCRIPTED_POLICIES.names())
-    assert SCRIPTED_POLICIES.entry("oracle").target == "sleuth.agents.scripted:Oracle"
+    assert SCRIPTED_POLICIES.entry("oracle").target == "sleuth.agents.policies.scripted:Oracle"
     assert ENVS.entry("sleuth/DocRead-v0").target == "sleuth.envs.docread:DocReadEnv"
     assert {"qa", "code", "swe"} <= set(VERIFIERS.names()) and {"qa", "code", "swe"} <= set(EXTRACTORS.names())
     assert {"grpo", "rloo", "gigpo", "gear_mix"} <= set(ESTIMATORS.names())

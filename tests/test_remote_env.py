@@ -8,11 +8,11 @@ import httpx
 import pytest
 
 import sleuth
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy
-from sleuth.envs.env_server import create_app
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.policies.load import load_policy
+from sleuth.core.net import free_port, in_thread, retry_counts, subprocess_server
 from sleuth.envs.remote import RemoteEnv, RemoteEnvError
-from sleuth.net import free_port, in_thread, retry_counts, subprocess_server
+from sleuth.servers.env import create_app
 
 
 def test_sessions_limits_and_errors(hotpot_tasks):
@@ -182,8 +182,8 @@ def _chunks(total_mb: int):
 
 def test_every_server_refuses_a_chunked_body_over_its_limit_without_reading_it_whole(tmp_path):
     """No Content-Length (chunked transfer): the limit is enforced on the bytes as they arrive."""
-    from sleuth.envs.env_server import create_app as env_app
-    from sleuth.verifiers.server import create_app as verifier_app
+    from sleuth.servers.env import create_app as env_app
+    from sleuth.servers.verifier import create_app as verifier_app
 
     for app, path in ((env_app("sleuth/DocRead-v0"), "/sessions"), (verifier_app("qa"), "/score")):
         with in_thread(app) as url:

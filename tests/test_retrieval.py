@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import sleuth
-from sleuth.cli import main
+from sleuth.cli.main import main
+from sleuth.core.net import in_thread
 from sleuth.envs.retrieval.base import Hit
 from sleuth.envs.retrieval.bm25 import BM25Index
 from sleuth.envs.retrieval.client import RetrievalClient, RetrievalError
@@ -13,7 +14,6 @@ from sleuth.envs.retrieval.corpus import Doc, load_corpus
 from sleuth.envs.retrieval.hybrid import rrf
 from sleuth.envs.retrieval.index import load_index
 from sleuth.envs.retrieval.metrics import ndcg_at_k, recall_at_k
-from sleuth.net import in_thread
 from sleuth.tasks.qa import qa_docs
 
 DOCS = [
@@ -94,7 +94,7 @@ def test_index_build_and_trec_search_cli(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def server():
-    from sleuth.envs.retrieval.server import create_app
+    from sleuth.servers.retrieval import create_app
 
     with in_thread(create_app(BM25Index(DOCS), max_batch=8)) as url:
         yield url
@@ -284,8 +284,8 @@ def test_search_env_warns_once_when_the_index_is_of_another_corpus(hotpot_tasks)
 def test_search_opens_are_read_events_the_step_rewards_score(hotpot_tasks):
     """Search's `open` is recorded as a read (`Turn.read`), so information gain scores Search episodes: the
     oracle opens both supporting documents, each a new gold read worth 1/|gold| under the `support` gain."""
-    from sleuth.agents.loop import run_episodes
-    from sleuth.agents.policies import load_policy
+    from sleuth.agents.loop.episodes import run_episodes
+    from sleuth.agents.policies.load import load_policy
     from sleuth.rewards.info_gain import InfoGain
 
     task = hotpot_tasks[0]

@@ -5,8 +5,8 @@ import threading
 
 import pytest
 
-from sleuth.agents.policy import Generation, Request, SamplingParams
-from sleuth.agents.routing import RoutedPolicy
+from sleuth.agents.policies.base import Generation, Request, SamplingParams
+from sleuth.agents.policies.routing import RoutedPolicy
 from sleuth.tasks import Task
 
 
@@ -82,8 +82,8 @@ def test_requests_a_dead_server_cannot_take_go_to_another(tokenizer):
     tasks they become; one rollout retry counted per part moved."""
     from fastapi import FastAPI
 
-    from sleuth.agents.openai_http import OpenAICompletionsPolicy, ServerUnreachable
-    from sleuth.net import free_port, in_thread, retry_counts
+    from sleuth.agents.policies.openai_http import OpenAICompletionsPolicy, ServerUnreachable
+    from sleuth.core.net import free_port, in_thread, retry_counts
 
     app = FastAPI()
     app.get("/health")(lambda: {})
@@ -109,9 +109,9 @@ def test_requests_a_dead_server_cannot_take_go_to_another(tokenizer):
 def test_a_server_gone_for_good_gets_no_more_work():
     """A server that answers `ServerUnreachable(permanent=True)` (a Ray worker stopped for crash-looping) is routed
     around from then on: its requests move once, and later tasks never go to it."""
-    from sleuth.agents.openai_http import ServerUnreachable
-    from sleuth.agents.policy import Generation, Request, SamplingParams
-    from sleuth.agents.routing import RoutedPolicy
+    from sleuth.agents.policies.base import Generation, Request, SamplingParams
+    from sleuth.agents.policies.openai_http import ServerUnreachable
+    from sleuth.agents.policies.routing import RoutedPolicy
     from sleuth.tasks.base import Task
 
     class Server:

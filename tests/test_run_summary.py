@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sleuth.agents.compare import compare
-from sleuth.cli import main
+from sleuth.agents.eval.compare import compare
+from sleuth.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 LIMIT = "8"
@@ -90,7 +90,7 @@ def test_a_missing_run_directory_is_one_line_and_a_nonzero_exit(tmp_path, capsys
 
 
 def test_the_summary_reads_the_folders_the_makefile_writes():
-    from sleuth.agents.run_summary import MUSIQUE, PAIRS, TEST
+    from sleuth.agents.eval.run_summary import MUSIQUE, PAIRS, TEST
 
     recipe = (REPO / "Makefile").read_text().split("\nrun: setup\n", 1)[1].split("\n\n", 1)[0]
     written = set(re.findall(r"--out runs/main/([\w-]+)", recipe))

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sleuth
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy
-from sleuth.agents.policy import Generation, Request, SamplingParams
-from sleuth.agents.requests import RequestQueue
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.policies.base import Generation, Request, SamplingParams
+from sleuth.agents.policies.load import load_policy
+from sleuth.agents.policies.requests import RequestQueue
 
 
 class Flaky(gymnasium.Wrapper):
@@ -183,7 +183,7 @@ def test_a_failed_generation_fails_its_episodes_and_the_loop_goes_on(hotpot_task
 
 def test_sampled_trajectories_do_not_depend_on_the_loop_when_envs_step_inline(hotpot_tasks, tiny_model_dir):
     """With in-process envs the continuous loop forms lock-step's batches, so a seeded run samples the same ids."""
-    from sleuth.agents.hf import TransformersPolicy
+    from sleuth.agents.policies.hf import TransformersPolicy
 
     make = lambda: sleuth.make("DocRead-v0", harness="text", budget=2)  # noqa: E731
     sampling = SamplingParams(max_tokens=6, temperature=1.0, seed=3)

@@ -6,12 +6,12 @@ import json
 import httpx
 import pytest
 
-from sleuth.cli import main
-from sleuth.net import in_thread
+from sleuth.cli.main import main
+from sleuth.core.net import in_thread
+from sleuth.servers.verifier import create_app
 from sleuth.verifiers.adapters import trl_reward
 from sleuth.verifiers.extract import extract_answer
 from sleuth.verifiers.registry import score
-from sleuth.verifiers.server import create_app
 
 
 @pytest.mark.parametrize(("reply", "answer"), [

@@ -12,13 +12,13 @@ import pytest
 import torch
 
 import sleuth
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.policies.load import load_policy
 from sleuth.tasks import LeakageError, check_texts, held_out_specs, load_tasks
 from sleuth.training.config import ConfigError
-from sleuth.training.losses import token_logprobs
-from sleuth.training.sft import SFTTrainer, load_sft_config, nll_numerator
-from sleuth.training.sft_data import accepted, replay_chats, score
+from sleuth.training.rl.losses import token_logprobs
+from sleuth.training.sft.data import accepted, replay_chats, score
+from sleuth.training.sft.trainer import SFTTrainer, load_sft_config, nll_numerator
 
 
 def _cfg(model, out, **over):
@@ -156,7 +156,7 @@ def test_held_out_questions_never_reach_training_data(tiny_model_dir, tmp_path, 
         trainer.train()
     # RL on the test split, or on tasks that include the run's own eval tasks, is refused before any model loads
     from sleuth.training.config import load_config
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     with pytest.raises(ConfigError, match="held-out test split"):
         Trainer(load_config(overrides={"model": tiny_model_dir, "tasks": "hotpotqa:test", "out": str(tmp_path / "r")}))
@@ -166,7 +166,7 @@ def test_held_out_questions_never_reach_training_data(tiny_model_dir, tmp_path, 
 
 
 def test_sft_cli_oracle_warm_start_exports_and_resumes(tiny_model_dir, tmp_path):
-    from sleuth.training.engine import DIST_VARS
+    from sleuth.training.zero import DIST_VARS
 
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}  # the test process's own group is taken
     out = tmp_path / "sft"
@@ -205,11 +205,11 @@ def test_bad_sft_configs_are_named(over, message):
 
 def test_the_demonstrator_is_any_registered_scripted_policy():
     """The names come from the scripted-policy registry: a typo gets "did you mean", a plugin's policy is taken."""
-    from sleuth.agents.policies import SCRIPTED_POLICIES
+    from sleuth.agents.policies.load import SCRIPTED_POLICIES
 
     with pytest.raises(ConfigError, match="did you mean 'oracle-title'"):
         load_sft_config(overrides={"data.demonstrator": "oracle-titel"})
-    SCRIPTED_POLICIES.register("test-demonstrator", "sleuth.agents.scripted:Oracle")
+    SCRIPTED_POLICIES.register("test-demonstrator", "sleuth.agents.policies.scripted:Oracle")
     try:
         assert load_sft_config(overrides={"data.demonstrator": "test-demonstrator"}).data.demonstrator == \
             "test-demonstrator"

@@ -1,4 +1,4 @@
-"""One copy of the weights in one process (`training/rollout.py::SharedRollout`): the transformers engine runs
+"""One copy of the weights in one process (`training/rollout/engine.py::SharedRollout`): the transformers engine runs
 the trainer's own module, and every number a run produces — sampled tokens and their logprobs, losses,
 gradients, updated weights — is the one the engine with its own synced copy produces."""
 
@@ -9,11 +9,11 @@ import pytest
 import torch
 from train_helpers import seeded_engine
 
-from sleuth.agents.policy import Request, SamplingParams
+from sleuth.agents.policies.base import Request, SamplingParams
 from sleuth.agents.trajectory import Trajectory, Turn
-from sleuth.training.losses import LossConfig
-from sleuth.training.rollout import SharedRollout, TransformersRollout, WeightSyncError
-from sleuth.training.update import PolicyUpdater, UpdateConfig
+from sleuth.training.rl.losses import LossConfig
+from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
+from sleuth.training.rollout.engine import SharedRollout, TransformersRollout, WeightSyncError
 
 PROMPTS = [[1, 17, 230, 41, 9], [1, 88, 12, 301, 5, 77, 3]]
 
@@ -82,10 +82,10 @@ def test_the_shared_engine_runs_in_eval_mode_after_a_sync_and_refuses_another_mo
 
 def test_the_trainer_shares_its_module_only_where_the_module_holds_whole_weights_and_no_rollout_overlaps(
         tiny_model_dir):
-    from sleuth.training.cluster import ClusterConfig
+    from sleuth.training.cluster.placement import ClusterConfig
     from sleuth.training.config import RolloutConfig
-    from sleuth.training.engine import EngineConfig, LoraConfig
-    from sleuth.training.rollouts import make_rollout
+    from sleuth.training.rollout.factory import make_rollout
+    from sleuth.training.zero import EngineConfig, LoraConfig
 
     module = seeded_engine(tiny_model_dir, zero_stage=0).module
 

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from sleuth.training.step_metrics import expected_zero_variance
-from sleuth.training.update import group_ess
+from sleuth.training.rl.step_metrics import expected_zero_variance
+from sleuth.training.rl.update import group_ess
 
 
 def test_expected_zero_variance_by_hand():
@@ -27,7 +27,7 @@ def test_group_ess_by_hand():
 
 
 def _part(update, rewards, adv, groups, zero_var, stream=None, failed=0):
-    from sleuth.training.step_metrics import StepPart
+    from sleuth.training.rl.step_metrics import StepPart
 
     return StepPart(update=update, rewards=rewards, truncated=[0.0] * len(rewards),
                     success=[float(r > 0) for r in rewards], length_correct=[10] * sum(r > 0 for r in rewards),
@@ -39,9 +39,9 @@ def _part(update, rewards, adv, groups, zero_var, stream=None, failed=0):
 def test_the_step_row_gathers_two_ranks_typed_parts_by_hand():
     """Losses are numerators over one global denominator (summed over ranks), per-token metrics are means over
     every rank's tokens, group shares over every rank's groups."""
-    from sleuth.training.async_rollout import StreamStats
-    from sleuth.training.step_metrics import step_row
-    from sleuth.training.update import UpdateStats
+    from sleuth.training.rl.step_metrics import step_row
+    from sleuth.training.rl.update import UpdateStats
+    from sleuth.training.rollout.asynchronous import StreamStats
 
     a = UpdateStats(clip_low=[1.0, 0.0, 0.0], log_ratio=[0.1, 0.2, 0.3], loss_policy=0.25, loss_kl=0.5,
                     group_ess=[1.0, 0.5], grad_norm=2.0, optimizer_steps=1, train_tokens=40)

@@ -17,15 +17,15 @@ import pytest
 from stuck_envs import CLOSED_WHILE_STUCK, HangingDocRead
 
 import sleuth
-from sleuth.agents.agent_runner import run_agent_episodes
 from sleuth.agents.gateway import Gateway, create_app
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy
-from sleuth.agents.policy import Generation, SamplingParams
-from sleuth.agents.steps import EnvSteps
-from sleuth.net import in_thread
+from sleuth.agents.gateway.agent_runner import run_agent_episodes
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.loop.steps import EnvSteps
+from sleuth.agents.policies.base import Generation, SamplingParams
+from sleuth.agents.policies.load import load_policy
+from sleuth.core.net import in_thread
 from sleuth.training.config import load_config
-from sleuth.training.engine import DIST_VARS
+from sleuth.training.zero import DIST_VARS
 
 TESTS = Path(__file__).resolve().parent
 

@@ -283,7 +283,7 @@ def test_shipped_sets_are_listed_and_loadable():
 def test_the_stock_trainer_trains_on_swe(tiny_model_dir, tmp_path):
     """SWE-v0 plugs into `sleuth train` like any env: rollouts in workspaces, verifier rewards, an update."""
     from sleuth.training.config import load_config
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     cfg = load_config(overrides={
         "model": tiny_model_dir, "out": str(tmp_path / "run"), "env": "SWE-v0", "tasks": "swe:toolz-1.2.0",

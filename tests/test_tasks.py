@@ -118,7 +118,7 @@ def test_empty_and_broken_task_files_name_the_file_and_line(tmp_path, data_dir):
 
 
 def test_cli_eval_on_a_broken_task_file_is_one_line(tmp_path, capsys):
-    from sleuth.cli import main
+    from sleuth.cli.main import main
 
     (tmp_path / "broken.jsonl").write_text("{oops\n")
     assert main(["eval", "--tasks", f"hotpotqa:{tmp_path / 'broken.jsonl'}", "--policy", "oracle",
@@ -143,7 +143,7 @@ def test_a_range_of_a_split_loads_that_part_and_still_counts_as_its_split():
 
 def test_a_data_sets_own_file_read_as_task_records_is_refused_with_the_spec_to_use(tmp_path, data_dir, capsys):
     """A plain path is a Task JSONL: HotpotQA's own layout there used to lose its documents silently."""
-    from sleuth.cli import main
+    from sleuth.cli.main import main
 
     path = data_dir / "hotpotqa" / "test.jsonl"
     assert main(["eval", "--tasks", str(path), "--limit", "2", "--policy", "oracle", "--out", str(tmp_path)]) == 2

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from sleuth.agents.trajectory import Trajectory, Turn
-from sleuth.net import free_port, retry_counts, wait_healthy
+from sleuth.core.net import free_port, retry_counts, wait_healthy
 from sleuth.training.config import ConfigError
-from sleuth.training.distill import DistillConfig
-from sleuth.training.vllm_rollout import default_vllm_python, server_env, vllm_command
+from sleuth.training.distill.signal import DistillConfig
+from sleuth.training.rollout.vllm_servers import default_vllm_python, server_env, vllm_command
 
 
 def _trajs() -> list[Trajectory]:
@@ -48,11 +48,11 @@ def test_a_vllm_teacher_scores_as_the_local_one_and_its_death_stops_the_step(vll
                                                                             monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from sleuth.training import teacher_server
-    from sleuth.training.engine import init_distributed
-    from sleuth.training.forward import ScoredForward
-    from sleuth.training.teacher import Teacher
-    from sleuth.training.teacher_server import RETRIES, ServerTeacher, TeacherServerError
+    from sleuth.training.distill import server_teacher as teacher_server
+    from sleuth.training.distill.server_teacher import RETRIES, ServerTeacher, TeacherServerError
+    from sleuth.training.distill.teacher import Teacher
+    from sleuth.training.rl.forward import ScoredForward
+    from sleuth.training.zero import init_distributed
 
     url, proc = vllm_teacher
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -87,8 +87,8 @@ def test_a_server_without_prompt_logprobs_or_tokenizer_is_refused_in_one_line(tm
     vocabulary with; refused before any rollout. A server that is not there: refused after its retries."""
     from transformers import AutoTokenizer
 
-    from sleuth.training import teacher_server
-    from sleuth.training.teacher_server import ServerTeacher
+    from sleuth.training.distill import server_teacher as teacher_server
+    from sleuth.training.distill.server_teacher import ServerTeacher
 
     monkeypatch.setattr(teacher_server, "BACKOFF_S", 0.05)
 
@@ -135,7 +135,7 @@ def test_a_server_that_returns_no_prompt_logprobs_is_refused_before_any_rollout(
     from fastapi import FastAPI
     from transformers import AutoTokenizer
 
-    from sleuth.training.teacher_server import ServerTeacher
+    from sleuth.training.distill.server_teacher import ServerTeacher
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     app = FastAPI()

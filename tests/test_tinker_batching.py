@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from sleuth.training.tinker.service import Jobs, SampleCall
+from sleuth.servers.tinker.service import Jobs, SampleCall
 
 
 def _call(prompt, seed=None, weights=None):
@@ -46,7 +46,7 @@ def test_a_failing_call_in_a_batch_fails_alone():
 
 def test_a_batch_of_prompts_of_different_lengths_samples_each_as_alone(tiny_model_dir):
     """Left-padded rows: greedy tokens and their logprobs match each prompt generated on its own."""
-    from sleuth.training.tinker.lora import LoraModels
+    from sleuth.servers.tinker.lora import LoraModels
 
     models = LoraModels(tiny_model_dir, "local/tiny")
     prompts = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15]]

@@ -17,8 +17,8 @@ from tinker import types  # noqa: E402
 from tinker.proto.request_conv import forward_backward_request_to_proto  # noqa: E402
 from tinker.proto.response_conv import deserialize_forward_backward_output, deserialize_sample_response  # noqa: E402
 
-from sleuth.training.tinker.service import SDK_VERSION  # noqa: E402
-from sleuth.training.tinker.wire import (  # noqa: E402
+from sleuth.servers.tinker.service import SDK_VERSION  # noqa: E402
+from sleuth.servers.tinker.wire import (  # noqa: E402
     SampledSequence,
     WireError,
     decode_forward_backward,

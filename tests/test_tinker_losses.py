@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from sleuth.training.tinker.losses import LossBatch, LossInputError, check_loss, loss_sum
+from sleuth.servers.tinker.losses import LossBatch, LossInputError, check_loss, loss_sum
 
 E5 = math.exp(0.5)  # the ratio of the tokens whose logprob rose from -1 to -0.5
 EM1 = math.exp(-1.0)  # ... and of the one that fell from -1 to -2
@@ -82,8 +82,8 @@ def test_an_input_the_loss_would_not_read_is_refused_not_ignored(tiny_model_dir)
     """Per-token clip thresholds (the SDK lets a datum carry them) would be silently ignored otherwise."""
     import numpy as np
 
-    from sleuth.training.tinker.lora import AdapterSpec, LoraModels
-    from sleuth.training.tinker.wire import WireDatum
+    from sleuth.servers.tinker.lora import AdapterSpec, LoraModels
+    from sleuth.servers.tinker.wire import WireDatum
 
     models = LoraModels(tiny_model_dir, "local/tiny")
     models.create("m", AdapterSpec("local/tiny", 2))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sleuth.agents.models import EMBEDDED_HUB_ID
-from sleuth.net import free_port, wait_healthy
+from sleuth.agents.policies.models import EMBEDDED_HUB_ID
+from sleuth.core.net import free_port, wait_healthy
 
 tinker = pytest.importorskip("tinker")
 

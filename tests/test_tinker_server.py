@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from procs import alive, descendants
 
-from sleuth.net import free_port, wait_healthy
-from sleuth.training.vllm_rollout import default_vllm_python
+from sleuth.core.net import free_port, wait_healthy
+from sleuth.training.rollout.vllm_servers import default_vllm_python
 
 ROOT = Path(__file__).resolve().parents[1]
 TINKER_PY = ROOT / ".venv-tinker" / "bin" / "python"

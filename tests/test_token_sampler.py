@@ -1,4 +1,4 @@
-"""The transformers policy's own sampler (`agents/hf.py: TokenSampler`, inverse CDF): its draws follow
+"""The transformers policy's own sampler (`agents/policies/hf.py: TokenSampler`, inverse CDF): its draws follow
 softmax(logits / T) after transformers' own top-k and top-p warpers, a token of probability 0 is never drawn,
 and the recorded logprob is the drawn token's under logits / T."""
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from sleuth.agents.hf import TokenSampler, sample_inverse_cdf
+from sleuth.agents.policies.hf import TokenSampler, sample_inverse_cdf
 
 LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, float("-inf")])
 N = 40_000

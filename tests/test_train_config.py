@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from sleuth.cli import main
+from sleuth.cli.main import main
 from sleuth.training.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +22,7 @@ def test_shipped_configs_load(path):
 
 @pytest.mark.parametrize("path", SFT_CONFIGS, ids=lambda p: p.name)
 def test_shipped_sft_configs_load(path):
-    from sleuth.training.sft import load_sft_config
+    from sleuth.training.sft.trainer import load_sft_config
 
     cfg = load_sft_config(path)
     assert cfg.data.source in ("oracle", "rejection", "tool_demos") and re.search(r":train(:\d+)?$", cfg.data.tasks)

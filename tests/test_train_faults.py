@@ -17,8 +17,8 @@ import pytest
 
 from sleuth.agents.trajectory import Trajectory, Turn
 from sleuth.training.config import ConfigError, load_config
-from sleuth.training.engine import DIST_VARS
 from sleuth.training.metrics import read_metrics
+from sleuth.training.zero import DIST_VARS
 
 ENV = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
 
@@ -134,7 +134,7 @@ def test_a_group_with_a_failed_episode_never_trains_and_is_counted(tiny_model_di
     """Two tasks, one whose documents were cut from the data file: its episodes fail at reset. The group
     is sampled once more in the same step (an infrastructure failure may pass), fails again, leaves the
     update, is counted, stays out of the reward metrics, and is still in the rollouts file."""
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     tasks = hotpot_file(data_dir, tmp_path / "cut.jsonl", 2, cut={1})
     trainer = Trainer(_cfg(tiny_model_dir, tmp_path / "run", tasks, max_steps=1), progress=False)
@@ -155,7 +155,7 @@ def test_dynamic_sampling_refills_the_groups_a_failure_took(tiny_model_dir, tmp_
     """Unit test of `collect` around the rollout: round 0 brings one group with signal and one with a failed
     episode, whose task is sampled again at once and fails again; round 1 two groups with signal; `dynamic`
     samples round 1 because the failures left the step short, and no failed group reaches the update."""
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     tasks = hotpot_file(data_dir, tmp_path / "ok.jsonl", 2)
     trainer = Trainer(_cfg(tiny_model_dir, tmp_path / "run", tasks, **{"rollout.zero_variance": "dynamic"}),
@@ -249,7 +249,7 @@ def slow(tmp, step):  # step 3's files are written; its marker is not: the momen
     seal(tmp, step)
 checkpoint._seal = slow
 sys.argv = ["sleuth", *sys.argv[1:]]
-runpy.run_module("sleuth.cli", run_name="__main__")
+runpy.run_module("sleuth.cli.main", run_name="__main__")
 """
 
 
@@ -318,7 +318,7 @@ def test_ctrl_c_says_to_resume_and_resume_says_where_it_continues(tiny_model_dir
 
 def test_sft_refuses_a_directory_another_process_owns(tiny_model_dir, tmp_path):
     out = tmp_path / "sft"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from sleuth.rundir import RunDirLock; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from sleuth.core.rundir import RunDirLock; "
                                f"RunDirLock({str(out)!r}).acquire(); print('held', flush=True); time.sleep(120)"],
                               env=ENV, stdout=subprocess.PIPE, text=True)
     try:

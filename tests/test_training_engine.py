@@ -12,9 +12,9 @@ import pytest
 import torch
 from train_helpers import fixed_batch, grouped_batch, seeded_engine, surrogate
 
-from sleuth.training.engine import DIST_VARS, EngineConfig, cpu_bf16_is_fast
-from sleuth.training.losses import LossConfig
-from sleuth.training.update import PolicyUpdater, UpdateConfig
+from sleuth.training.rl.losses import LossConfig
+from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
+from sleuth.training.zero import DIST_VARS, EngineConfig, cpu_bf16_is_fast
 
 HERE = Path(__file__).resolve().parent
 
@@ -69,8 +69,8 @@ def test_groups_sharing_a_prompt_give_the_padded_gradient_for_fewer_tokens(tiny_
     """Two groups of three trajectories from one 24-token prompt each, packed into rows of ≤ 80 tokens: each
     row lays its group's prompt out once (the rows hold fewer tokens than their trajectories), members of a
     group meet in one row, and the gradient is the padded batch's."""
-    from sleuth.training.batch import micro_batches
-    from sleuth.training.packing import layout
+    from sleuth.training.rl.batch import micro_batches
+    from sleuth.training.rl.packing import layout
 
     engine = seeded_engine(tiny_model_dir, zero_stage=0, grad_clip=0.0)
     cfg = LossConfig(aggregation=aggregation, entropy_coef=0.01)
@@ -111,7 +111,7 @@ def test_gradient_checkpointing_recomputes_layers_and_gives_the_same_gradient(ti
 
 
 def test_packed_micro_batches_bound_real_tokens_and_hold_each_trajectory_once():
-    from sleuth.training.batch import micro_batches
+    from sleuth.training.rl.batch import micro_batches
 
     trajs, advs = fixed_batch(9, seed=3)
     lengths = [len(t.token_ids()) for t in trajs]
@@ -154,7 +154,7 @@ def test_two_processes_zero2_and_zero3(tiny_model_dir, tmp_path):
 
 
 def _port():
-    from sleuth.net import free_port
+    from sleuth.core.net import free_port
 
     return free_port()
 
@@ -162,8 +162,8 @@ def _port():
 # -- the off-policy update: epochs, mini-batches, π_old, rollout-mismatch correction ----------------------
 def _true_logprobs(module, trajs):
     """Each trajectory's policy-token logprobs under `module` (what an exact rollout engine would report)."""
-    from sleuth.training.batch import build_batch
-    from sleuth.training.losses import token_logprobs
+    from sleuth.training.rl.batch import build_batch
+    from sleuth.training.rl.losses import token_logprobs
 
     out = []
     for t in trajs:
@@ -296,7 +296,7 @@ def test_a_lone_process_compiles_no_communication_op(tmp_path):
     """A world of one builds none of DeepSpeed's shared-memory all-reduce (a cold extension cache would
     otherwise spend ~45 s in g++ at start-up)."""
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"TORCH_EXTENSIONS_DIR": str(tmp_path)}
-    code = ("from sleuth.training.engine import init_distributed; print(init_distributed()); "
+    code = ("from sleuth.training.zero import init_distributed; print(init_distributed()); "
             "from deepspeed.comm import comm; print('shm op:', comm.cdb.shm_comm_op)")
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -312,7 +312,7 @@ def test_bf16_engine_updates_fp32_masters_started_from_the_exact_weights(tiny_mo
     w0 − k·lr·sign g and the module bf16 of that, by hand, and the HF export holds the masters. lr 1e-5 is
     below half a bf16 step of most weights: from bf16-rounded masters few would move at all."""
     from sleuth.training.checkpoint import export_hf
-    from sleuth.training.engine import fp32_masters
+    from sleuth.training.zero import fp32_masters
 
     lr, k = 1e-5, 6
     engine = seeded_engine(tiny_model_dir, zero_stage=stage, lr=lr, grad_clip=0.0, dtype="bf16")
@@ -356,8 +356,8 @@ CPU_KINDS = {  # what torch.cpu.get_capabilities() reports on each kind (the fla
 @pytest.mark.parametrize("kind", CPU_KINDS)
 def test_auto_dtype_is_one_every_engine_of_the_run_computes_in_on_each_cpu_kind(kind):
     """bf16 only on AMX and only without vLLM engines; the vLLM servers get the trainer's dtype whatever it is."""
-    from sleuth.training.engine import auto_dtype
-    from sleuth.training.vllm_rollout import vllm_command
+    from sleuth.training.rollout.vllm_servers import vllm_command
+    from sleuth.training.zero import auto_dtype
 
     amx = cpu_bf16_is_fast(CPU_KINDS[kind])
     assert amx is (kind == "AMX-BF16")
@@ -370,7 +370,7 @@ def test_auto_dtype_is_one_every_engine_of_the_run_computes_in_on_each_cpu_kind(
 
 @pytest.mark.parametrize("gpu_bf16", [True, False])
 def test_auto_dtype_on_a_gpu_is_the_gpus_whatever_the_cpu(gpu_bf16):
-    from sleuth.training.engine import auto_dtype
+    from sleuth.training.zero import auto_dtype
 
     for amx in (True, False):
         assert auto_dtype(gpu_bf16, amx, vllm=False) == (torch.bfloat16 if gpu_bf16 else torch.float32)
@@ -378,7 +378,7 @@ def test_auto_dtype_on_a_gpu_is_the_gpus_whatever_the_cpu(gpu_bf16):
 
 
 def test_the_cpu_read_is_this_machines_and_a_run_settles_auto_once(monkeypatch):
-    from sleuth.training import engine as eng
+    from sleuth.training import zero as eng
 
     flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
     assert cpu_bf16_is_fast() is ("amx_bf16" in flags)  # the real read (conftest pins the module's to fp32)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import sleuth
-from sleuth.agents.loop import run_episodes
-from sleuth.agents.policies import load_tokenizer
-from sleuth.agents.policy import Generation
+from sleuth.agents.loop.episodes import run_episodes
+from sleuth.agents.policies.base import Generation
+from sleuth.agents.policies.load import load_tokenizer
 from sleuth.envs.families import venv_server, verifiers_server
 from sleuth.envs.families.verifiers_env import message_text, pypi_verifiers_importable
 from sleuth.envs.families.verifiers_server import VERIFIERS
@@ -115,7 +115,7 @@ def test_verifiers_runs_its_own_harness_tools_and_rubric_with_the_policy_in_the_
 
 
 def test_bad_ids_arguments_and_rows_are_refused_in_one_line(capsys, tmp_path):
-    from sleuth.cli import main
+    from sleuth.cli.main import main
     from sleuth.training.config import load_config
 
     with pytest.raises(ValueError, match="cannot serve verifiers:no-such-env: .*taskset 'no-such-env' not found"):
@@ -167,9 +167,9 @@ def test_null_harness_runs_offline_and_an_episode_cut_by_max_turns_leaves_nothin
 def test_smollm2_evaluates_and_grpo_trains_two_steps_on_a_verifiers_env(tiny_model_dir, tmp_path):
     import json
 
-    from sleuth.cli import main
+    from sleuth.cli.main import main
     from sleuth.training.config import ConfigError, load_config
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     out = tmp_path / "eval"
     assert main(["eval", "--env", ENV, "--tasks", "seeds:0", "--policy", "smollm2", "--max-tokens", "48",
@@ -196,8 +196,8 @@ def test_vf_eval_runs_a_sleuth_env_against_sleuths_gateway(tokenizer, tmp_path):
     from test_gateway import Scripted
 
     from sleuth.agents.gateway import Gateway, create_app
-    from sleuth.agents.policy import SamplingParams
-    from sleuth.net import in_thread
+    from sleuth.agents.policies.base import SamplingParams
+    from sleuth.core.net import in_thread
     from sleuth.tasks.qa import qa_docs
 
     task = load_tasks("hotpotqa:dev", limit=1)[0]
@@ -241,10 +241,10 @@ def test_an_env_packages_own_env_runs_as_vf_eval_runs_it_with_the_same_rewards(t
     import json
 
     from sleuth.agents.gateway import Gateway, create_app
-    from sleuth.agents.policies import SCRIPTED_POLICIES
-    from sleuth.agents.policy import SamplingParams
-    from sleuth.cli import main
-    from sleuth.net import in_thread
+    from sleuth.agents.policies.base import SamplingParams
+    from sleuth.agents.policies.load import SCRIPTED_POLICIES
+    from sleuth.cli.main import main
+    from sleuth.core.net import in_thread
 
     vf_eval = str(Path(_venv_python()).parent / "vf-eval")
     with in_thread(create_app(Gateway(FollowUp(tokenizer), SamplingParams(max_tokens=16)))) as url:

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sleuth.cli import main
-from sleuth.net import free_port
+from sleuth.cli.main import main
+from sleuth.core.net import free_port
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="Debian's chromium and chromium-driver "
@@ -32,7 +32,7 @@ def runs(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
     assert main(["eval", "--policy", "oracle", "--out", str(root / "oracle"), *common]) == 0
     assert main(["eval", "--policy", "first-k", "--out", str(root / "first-k"), *common]) == 0
     from sleuth.training.config import load_config
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     cfg = load_config(overrides={"model": tiny_model_dir, "out": str(root / "grpo"), "env_args": {"harness": "text"},
                                  "task_limit": 8, "rollout.max_tokens": 8, "rollout.tasks_per_step": 2,
@@ -43,7 +43,7 @@ def runs(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
     shutil.copytree(root / "oracle", evil)
     lines = (evil / "trajectories.jsonl").read_text().splitlines()
     first = json.loads(lines[0])  # the model "wrote" HTML: its tokens, its text and its call's error carry it
-    from sleuth.agents.policies import load_tokenizer
+    from sleuth.agents.policies.load import load_tokenizer
 
     ids = load_tokenizer("smollm2").encode(EVIL, add_special_tokens=False)
     turn = first["turns"][0]

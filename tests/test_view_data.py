@@ -9,7 +9,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from sleuth.cli import main
+from sleuth.cli.main import main
 from sleuth.view.runs import RunError, open_runs
 from sleuth.view.server import create_app
 

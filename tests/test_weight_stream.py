@@ -1,4 +1,4 @@
-"""Weights over the network (`training/weight_stream.py`): the bucket plan by hand, and a real gloo group between
+"""Weights over the network (`training/sync/weight_stream.py`): the bucket plan by hand, and a real gloo group between
 two processes broadcasting a model's weights bucket by bucket into another copy, exactly."""
 
 import multiprocessing as mp
@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from sleuth.training.weight_stream import Rendezvous, Slot, bucket_plan, join, plan_bytes, receive, send
+from sleuth.training.sync.weight_stream import Rendezvous, Slot, bucket_plan, join, plan_bytes, receive, send
 
 
 def test_the_bucket_plan_packs_in_order_by_dtype_and_size():

@@ -25,8 +25,8 @@ def surrogate(module, trajs, advs):
     """Σ_i Σ_t A·log π over policy tokens / tokens: the objective a policy-gradient step increases."""
     import torch
 
-    from sleuth.training.batch import build_batch
-    from sleuth.training.losses import token_logprobs
+    from sleuth.training.rl.batch import build_batch
+    from sleuth.training.rl.losses import token_logprobs
 
     b = build_batch(trajs, advs, pad_id=0)
     with torch.no_grad():
@@ -57,7 +57,7 @@ def seeded_engine(model_dir, **kw):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from sleuth.training.engine import EngineConfig, build_engine, init_distributed
+    from sleuth.training.zero import EngineConfig, build_engine, init_distributed
 
     init_distributed()
     torch.manual_seed(0)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sleuth.training.config import TrainingError
+from sleuth.core.errors import TrainingError
 
 MARKER = "COMPLETE.json"
 TMP_PREFIX = ".tmp-"
@@ -44,7 +44,7 @@ def own_run_dir(out: Path) -> Any:
     when another process owns the directory, every rank raises `RunDirBusyError` with its one-line message."""
     import torch.distributed as dist
 
-    from sleuth.rundir import RunDirBusyError, RunDirLock
+    from sleuth.core.rundir import RunDirBusyError, RunDirLock
 
     lock, error = None, None
     if dist.get_rank() == 0:
@@ -186,7 +186,7 @@ def load(engine: Any, root: Path) -> Restored | None:
     no checkpoint; `CheckpointError` when it holds some and none can be restored."""
     import torch.distributed as dist
 
-    from sleuth.training.engine import device
+    from sleuth.training.zero import device
 
     pointer = latest(root)
     tags = _tags(root)
@@ -248,8 +248,8 @@ def export_hf(engine: Any, base_path: str, out: Path, tokenizer: Any) -> Path | 
     own masters from them and not from their bf16 rounding."""
     import torch.distributed as dist
 
-    from sleuth.agents.models import load_causal_lm
-    from sleuth.training.engine import fp32_masters, full_state_dict
+    from sleuth.agents.policies.models import load_causal_lm
+    from sleuth.training.zero import fp32_masters, full_state_dict
 
     state = full_state_dict(engine.module)
     masters = fp32_masters(engine)

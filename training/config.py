@@ -15,22 +15,20 @@ from typing import Any
 
 import yaml
 
-from sleuth.agents.loop import EPISODE_TIMEOUT_S
-from sleuth.training.cluster import ClusterConfig
-from sleuth.training.distill import DistillConfig
-from sleuth.training.engine import EngineConfig
-from sleuth.training.losses import LossConfig
+from sleuth.agents.loop.episodes import EPISODE_TIMEOUT_S
+from sleuth.core.errors import BadInput
+from sleuth.training.cluster.placement import ClusterConfig
+from sleuth.training.distill.signal import DistillConfig
 from sleuth.training.metrics import WandbConfig
-from sleuth.training.update import UpdateConfig
+from sleuth.training.rl.losses import LossConfig
+from sleuth.training.rl.update import UpdateConfig
+from sleuth.training.zero import EngineConfig
 
 
-class ConfigError(ValueError):
+class ConfigError(BadInput):
     pass
 
 
-class TrainingError(RuntimeError):
-    """A run that cannot go on (every episode of a step failed, no checkpoint to resume is complete): the
-    message is one line that says what to do; `sleuth train` / `sleuth sft` print it and exit non-zero."""
 
 
 class TrainingWarning(UserWarning):
@@ -85,7 +83,7 @@ class RolloutConfig:
     # group-relative signal from the context the reading should have reached. The demonstration itself never
     # trains. They count apart (`demos/*`), as branches do. 0: off. Needs an env that replays, as branches do.
     demo_branches: int = 0
-    demonstrator: str = "oracle"  # a scripted policy (sleuth.agents.policies.SCRIPTED_POLICIES)
+    demonstrator: str = "oracle"  # a scripted policy (sleuth.agents.policies.load.SCRIPTED_POLICIES)
     # Tasks a round gives demonstration starts, drawn beside the round's own (an answer group costs about one
     # turn, so many more of them than of episodes fit a step); 0: the round's own tasks.
     demo_tasks: int = 0
@@ -147,12 +145,6 @@ class EvalConfig:
     tasks: str | None = None  # held-out tasks, e.g. hotpotqa:test
     limit: int | None = None
     max_tokens: int = 64
-
-
-# What an agent run through the gateway can train: the estimators whose advantage is one number per episode,
-# from its outcome (each segment of an episode takes the episode's), and information gain over the reads the
-# gateway recognises in the agent's tool results (`agents.gateway.reads`; episodes of one segment).
-AGENT_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "none", "info_gain")
 
 
 @dataclass
@@ -231,9 +223,13 @@ class TrainConfig:
             raise ValueError("update.sync_transport: collective syncs Ray rollout workers: set cluster.backend: ray "
                              "(the local engine shares the trainer's process; vLLM servers load a file)")
         if self.agent.enabled:
-            if self.algorithm.estimator not in AGENT_ESTIMATORS:
+            import sleuth.rewards  # noqa: F401  (registers the shipped estimators)
+            from sleuth.rewards.base import declared, supporting
+
+            if declared(self.algorithm.estimator, "supports_agents") is False:
                 raise ValueError(f"an agent run has no env state for algorithm.estimator "
-                                 f"{self.algorithm.estimator!r}: use one of {', '.join(AGENT_ESTIMATORS)}")
+                                 f"{self.algorithm.estimator!r} (its class leaves supports_agents False): use one of "
+                                 f"{', '.join(supporting('supports_agents'))}")
             if self.rollout.max_staleness > 0:
                 raise ValueError("an agent run samples each step's groups, then trains: rollout.max_staleness 0")
             for key, n in (("branches", self.rollout.branches), ("demo_branches", self.rollout.demo_branches)):
@@ -257,9 +253,9 @@ class TrainConfig:
                              f"{rc.zero_variance} would leave out every group the teacher scores: set it to keep")
         if rc.group_size == 1:
             import sleuth.rewards  # noqa: F401  (registers the shipped estimators)
-            from sleuth.rewards.base import declares_group_relative
+            from sleuth.rewards.base import declared
 
-            if declares_group_relative(self.algorithm.estimator):
+            if declared(self.algorithm.estimator, "group_relative"):
                 raise ValueError(f"rollout.group_size 1 leaves algorithm.estimator {self.algorithm.estimator!r} "
                                  "nothing to learn from: it compares each episode with the others of its group, so "
                                  "every advantage is 0; set rollout.group_size to 2 or more")

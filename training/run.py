@@ -14,8 +14,8 @@ import torch
 from sleuth.tasks.base import Task
 from sleuth.training import checkpoint
 from sleuth.training.config import ConfigError, TrainConfig
-from sleuth.training.engine import EngineConfig, build_engine, device, for_engines, load_dtype, resolved_dtype
 from sleuth.training.metrics import MetricsLogger, WandbConfig
+from sleuth.training.zero import EngineConfig, build_engine, device, for_engines, load_dtype, resolved_dtype
 
 # The prompt of the weight-sync check: the rollout engine's logits on it must match the trainer's.
 PROBE = [{"role": "user", "content": "Which city is the capital of France? Answer in one word."}]
@@ -80,7 +80,7 @@ def load_policy_model(model: str, engine_cfg: EngineConfig, vllm_rollout: bool =
     dtype every engine of the run computes in (`vllm_rollout`: its rollout engines are vLLM; `resolved_dtype`)."""
     from transformers import AutoTokenizer
 
-    from sleuth.agents.models import load_causal_lm, resolve_model
+    from sleuth.agents.policies.models import load_causal_lm, resolve_model
 
     path = str(resolve_model(model))
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -94,7 +94,7 @@ def load_policy_model(model: str, engine_cfg: EngineConfig, vllm_rollout: bool =
 
 def load_reference(policy: PolicyModel) -> torch.nn.Module:
     """The frozen reference model of a KL term: the policy's starting weights, in its compute dtype."""
-    from sleuth.agents.models import load_causal_lm
+    from sleuth.agents.policies.models import load_causal_lm
 
     ref = load_causal_lm(policy.path, policy.dtype).to(device()).eval()
     return ref.requires_grad_(False)

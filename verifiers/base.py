@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from sleuth.core.errors import InfraFailure
+
 
 @dataclass
 class Verdict:
@@ -39,6 +41,6 @@ class GroupVerifier(Protocol):
                     contexts: Sequence[Mapping[str, Any]]) -> list[Verdict]: ...
 
 
-class CannotScore(RuntimeError):
+class CannotScore(InfraFailure):
     """This verifier cannot score the record on this machine (e.g. a backend it needs is missing). Not a
     verdict on the response: batch scoring writes it as an error line, the server answers 503."""

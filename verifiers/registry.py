@@ -6,7 +6,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from sleuth.registry import Registry, UnknownNameError
+from sleuth.core.registry import Registry, UnknownNameError
 from sleuth.verifiers.base import CannotScore, GroupVerifier, Verdict, Verifier
 
 # name → a factory of the verifier (a class is one); plugins declare theirs under the entry-point group

@@ -16,8 +16,8 @@ from sleuth.view.runs import Run, clean
 @lru_cache(maxsize=4)
 def tokenizer_for(model: str | None) -> Any:
     """The run's tokenizer where its model is available locally, else the embedded model's (`smollm2`)."""
-    from sleuth.agents.models import EMBEDDED
-    from sleuth.agents.policies import load_tokenizer
+    from sleuth.agents.policies.load import load_tokenizer
+    from sleuth.agents.policies.models import EMBEDDED
 
     if model and Path(model).is_dir():
         try:

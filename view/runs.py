@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sleuth.core.errors import BadInput
 from sleuth.view.index import CHUNK, RunIndex
 
 EVAL_FILES = ("trajectories.jsonl", "summary.json", "run.json")
@@ -25,7 +26,7 @@ STEP_FILE = re.compile(r"step-(\d+)\.rank(\d+)\.jsonl$")
 ROUND_FILE = re.compile(r"round-(\d+)\.jsonl$")
 
 
-class RunError(ValueError):
+class RunError(BadInput):
     """A path that is not a run directory sleuth wrote (the CLI prints it as one line and exits 2)."""
 
 

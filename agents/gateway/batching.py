@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from sleuth.agents.policy import Request
-from sleuth.agents.requests import RequestQueue, Sampled
+from sleuth.agents.policies.base import Request
+from sleuth.agents.policies.requests import RequestQueue, Sampled
 
 MIN_WINDOW_S = 0.002
 

@@ -21,9 +21,10 @@ from typing import Any
 from sleuth.agents.chat import ChatRenderer
 from sleuth.agents.gateway.batching import Coalescer
 from sleuth.agents.gateway.render import ChatFormat, MessageError, Reply, normalise
-from sleuth.agents.policy import Generation, Policy, Request, SamplingParams
-from sleuth.agents.requests import RequestQueue, WeightsGate
+from sleuth.agents.policies.base import Generation, Policy, Request, SamplingParams
+from sleuth.agents.policies.requests import RequestQueue, WeightsGate
 from sleuth.agents.trajectory import Trajectory, Turn
+from sleuth.core.errors import BadInput
 from sleuth.tasks.base import Task
 
 ENV_ID = "gateway"
@@ -32,7 +33,7 @@ ENV_ID = "gateway"
 BATCH_WINDOW_S = 0.03
 
 
-class ContextOverflow(ValueError):
+class ContextOverflow(BadInput):
     """The prompt and `max_tokens` do not fit the policy's context: the call is refused, never sent."""
 
 

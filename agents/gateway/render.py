@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sleuth.agents.chat import template_renders_tools
+from sleuth.core.errors import BadInput
 from sleuth.envs.parsers import NO_CALL, JSONParser, ParseResult, ToolCall
 from sleuth.envs.tools import Tool
 
 _PROBE_CALL = {"id": "c0", "type": "function", "function": {"name": "probe_call_name", "arguments": "{}"}}
 
 
-class MessageError(ValueError):
+class MessageError(BadInput):
     """A request's messages or tools cannot be read (the server answers 400)."""
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from sleuth.agents.gateway.recorder import Gateway
 from sleuth.agents.gateway.render import MessageError, normalise
-from sleuth.agents.policy import Generation, Request, SamplingParams
+from sleuth.agents.policies.base import Generation, Request, SamplingParams
 from sleuth.agents.trajectory import Trajectory
 from sleuth.tasks.base import Task
 

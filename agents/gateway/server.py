@@ -27,8 +27,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from sleuth.agents.gateway.recorder import Completion, ContextOverflow, Gateway
 from sleuth.agents.gateway.render import MessageError
-from sleuth.agents.policy import SamplingParams
-from sleuth.net import limit_body
+from sleuth.agents.policies.base import SamplingParams
+from sleuth.core.net import limit_body
 
 MAX_BODY = 32 << 20
 DEFAULT_SESSION = "default"

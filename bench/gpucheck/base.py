@@ -235,7 +235,7 @@ class State:
 
 
 def dev():
-    from sleuth.training.engine import device
+    from sleuth.training.zero import device
 
     return device()
 
@@ -276,8 +276,8 @@ def surrogate(module, trajs, advs, micro_tokens: int, autocast: bool = False) ->
     on the model's device (tests/train_helpers.surrogate without the device and memory limits)."""
     import torch
 
-    from sleuth.training.batch import micro_batches
-    from sleuth.training.losses import token_logprobs
+    from sleuth.training.rl.batch import micro_batches
+    from sleuth.training.rl.losses import token_logprobs
 
     num = den = 0.0
     d = next(module.parameters()).device
@@ -296,7 +296,7 @@ def surrogate(module, trajs, advs, micro_tokens: int, autocast: bool = False) ->
 def prompts(tok, n: int, tasks_spec: str):
     import sleuth
     from sleuth.agents.chat import ChatRenderer
-    from sleuth.agents.policy import Request
+    from sleuth.agents.policies.base import Request
     from sleuth.tasks import load_tasks
 
     env = sleuth.make("DocRead-v0", harness="text")

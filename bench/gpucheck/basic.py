@@ -81,8 +81,8 @@ def check_imports(rep: Report, st: State) -> None:
         c.check_skip()
         f = c.figures
         for mod in ("torch", "transformers", "deepspeed", "gymnasium", "datasets", "sleuth", "sleuth.envs",
-                    "sleuth.agents", "sleuth.agents.hf", "sleuth.rewards", "sleuth.training.engine",
-                    "sleuth.training.update", "sleuth.training.rollout", "sleuth.training.trainer"):
+                    "sleuth.agents", "sleuth.agents.policies.hf", "sleuth.rewards", "sleuth.training.zero",
+                    "sleuth.training.rl.update", "sleuth.training.rollout.engine", "sleuth.training.rl.trainer"):
             t = time.perf_counter()
             try:
                 __import__(mod)
@@ -116,14 +116,14 @@ def check_imports(rep: Report, st: State) -> None:
 
 
 def check_models(rep: Report, st: State) -> None:
-    """The tiny model (sleuth.agents.models.tiny_model, SmolLM2 tokenizer) and a bigger random model of the
+    """The tiny model (sleuth.agents.policies.models.tiny_model, SmolLM2 tokenizer) and a bigger random model of the
     same architecture, saved as HF directories (no weights travel: they are made here)."""
     with Check(rep, "models", 25) as c:
         c.check_skip()
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-        from sleuth.agents.models import tiny_model
+        from sleuth.agents.policies.models import tiny_model
 
         t = time.perf_counter()
         st.tiny_dir = tiny_model(st.work / "tiny", like=str(st.tok_dir))
@@ -151,8 +151,8 @@ def check_nccl(rep: Report, st: State) -> None:
         import torch
         import torch.distributed as dist
 
-        from sleuth.training import update as upd
-        from sleuth.training.engine import init_distributed
+        from sleuth.training.rl import update as upd
+        from sleuth.training.zero import init_distributed
 
         rank, world = init_distributed()
         c.figures["backend"] = str(dist.get_backend())
@@ -163,7 +163,7 @@ def check_nccl(rep: Report, st: State) -> None:
                 c.figures[f"{name}_as_is"] = fn(3.0)
             except Exception as e:  # noqa: BLE001
                 c.figures[f"{name}_as_is"] = f"{type(e).__name__}"
-                c.fail.append(f"sleuth.training.update.{name} on this backend: {type(e).__name__}: {str(e)[:200]}")
+                c.fail.append(f"sleuth.training.rl.update.{name} on this backend: {type(e).__name__}: {str(e)[:200]}")
         # What the trainer and checkpoints use besides: all_gather_object, barrier, a device all_reduce.
         out: list[Any] = [None] * world
         dist.all_gather_object(out, {"rank": rank})

@@ -83,7 +83,7 @@ def check_ray_collective(rep: Report, st: State) -> None:
 def check_ray_vllm(rep: Report, st: State) -> None:
     """`check_ray` with `rollout.engine=vllm`: the worker is a supervised vLLM server (its logprobs verified
     within `update.sync_tolerance_vllm`); skipped in one line without a vLLM Python."""
-    from sleuth.training.vllm_rollout import default_vllm_python
+    from sleuth.training.rollout.vllm_servers import default_vllm_python
 
     if default_vllm_python() is None:
         with Check(rep, "ray_vllm", 0) as c:
@@ -100,13 +100,13 @@ def _ray_run(rep: Report, st: State, name: str, extra: list[str]) -> None:
         except ImportError as e:
             c.skip = f"ray is not importable ({e})"
             return
-        from sleuth.cli_args import parse_kv
+        from sleuth.cli.args import parse_kv
         from sleuth.training.config import load_config
-        from sleuth.training.engine import DIST_VARS
+        from sleuth.training.zero import DIST_VARS
 
         c.figures["ray"] = ray.__version__
         if st.tiny_dir is None:  # the models check did not run (--only) or failed
-            from sleuth.agents.models import tiny_model
+            from sleuth.agents.policies.models import tiny_model
 
             st.tiny_dir = tiny_model(st.work / "tiny", like=str(st.tok_dir))
         gpu = not st.args.cpu_smoke

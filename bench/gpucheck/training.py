@@ -18,14 +18,14 @@ def check_rollout(rep: Report, st: State) -> None:
         import numpy as np
 
         from sleuth.agents.chat import ChatRenderer
-        from sleuth.agents.models import load_causal_lm
-        from sleuth.agents.policy import SamplingParams
+        from sleuth.agents.policies.base import SamplingParams
+        from sleuth.agents.policies.models import load_causal_lm
         from sleuth.agents.trajectory import Trajectory, Turn
-        from sleuth.training.engine import EngineConfig, build_engine
-        from sleuth.training.losses import LossConfig
-        from sleuth.training.rollout import TransformersRollout, probe_logits
+        from sleuth.training.rl.losses import LossConfig
+        from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
+        from sleuth.training.rollout.engine import TransformersRollout, probe_logits
         from sleuth.training.run import PROBE
-        from sleuth.training.update import PolicyUpdater, UpdateConfig
+        from sleuth.training.zero import EngineConfig, build_engine
 
         sz = st.sz
         tol = UpdateConfig().sync_tolerance
@@ -103,7 +103,7 @@ def check_rollout(rep: Report, st: State) -> None:
 def _sync_checked(c: Check, ro, module, when: str) -> float:
     """TransformersRollout.sync as the trainer calls it; if its verification refuses (WeightSyncError), the
     check fails and the difference is measured anyway (the weights were loaded before the verification)."""
-    from sleuth.training.rollout import WeightSyncError
+    from sleuth.training.rollout.engine import WeightSyncError
 
     try:
         return ro.sync(module)["sync/max_logit_diff"]
@@ -119,7 +119,7 @@ def _sync_checked(c: Check, ro, module, when: str) -> float:
 def _trainer_run(rep: Report, st: State, c: Check, name: str, model: str, steps: int, stage: int, **kw) -> list[dict]:
     """_trainer_attempt; if the trainer's verified weight sync refuses (bf16 logits off by more than
     update.sync_tolerance), the check fails and the run is repeated with a looser tolerance for the figures."""
-    from sleuth.training.rollout import WeightSyncError
+    from sleuth.training.rollout.engine import WeightSyncError
 
     try:
         return _trainer_attempt(rep, st, c, name, model, steps, stage, **kw)
@@ -142,7 +142,7 @@ def _trainer_attempt(rep: Report, st: State, c: Check, name: str, model: str, st
     import yaml
 
     from sleuth.training.config import load_config
-    from sleuth.training.trainer import Trainer
+    from sleuth.training.rl.trainer import Trainer
 
     out = st.work / f"train-{name}"
     cfg_path = st.work / f"{name}.yaml"
@@ -195,8 +195,8 @@ def _trainer_attempt(rep: Report, st: State, c: Check, name: str, model: str, st
     if export:
         import torch
 
-        from sleuth.agents.models import load_causal_lm
-        from sleuth.training.rollout import probe_logits
+        from sleuth.agents.policies.models import load_causal_lm
+        from sleuth.training.rollout.engine import probe_logits
 
         hf = load_causal_lm(out / "hf", model_dtype()).to(dev()).eval()
         diff = float((probe_logits(hf, trainer.probe_ids) - probe_logits(trainer.engine.module, trainer.probe_ids))

@@ -32,11 +32,11 @@ def check_update(rep: Report, st: State) -> None:
             raise RuntimeError("no big model (the models check failed)")
         import torch
 
-        from sleuth.agents.models import load_causal_lm
-        from sleuth.training.batch import micro_batches
-        from sleuth.training.engine import EngineConfig, build_engine
-        from sleuth.training.losses import LossConfig, denominator, policy_loss, token_logprobs
-        from sleuth.training.update import PolicyUpdater, UpdateConfig
+        from sleuth.agents.policies.models import load_causal_lm
+        from sleuth.training.rl.batch import micro_batches
+        from sleuth.training.rl.losses import LossConfig, denominator, policy_loss, token_logprobs
+        from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
+        from sleuth.training.zero import EngineConfig, build_engine
 
         sz = st.sz
         d = dev()

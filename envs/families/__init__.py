@@ -14,8 +14,8 @@ from typing import Any
 
 import gymnasium
 
+from sleuth.core.registry import Registry, UnknownNameError, import_target
 from sleuth.envs.families.base import FREE, EnvFailure, EnvFamily, MissingExtraError, Move, TextGameEnv, user_id
-from sleuth.registry import Registry, UnknownNameError, import_target
 
 FAMILIES: Registry[EnvFamily] = Registry("env family", group="sleuth.env_families")
 FAMILIES.register("reasoning_gym", EnvFamily("reasoning_gym", "sleuth.envs.families.reasoning_gym:make",

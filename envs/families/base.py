@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 import gymnasium
 
+from sleuth.core.errors import BadInput, InfraFailure
 from sleuth.envs.base import TextSpace
 from sleuth.envs.parsers import ToolCall
 from sleuth.tasks.base import Task
@@ -35,11 +36,11 @@ FREE = "free"  # the harness of a text env: the whole reply is the action
 MAX_INVALID_ACTIONS = 8
 
 
-class MissingExtraError(ImportError):
+class MissingExtraError(ImportError, BadInput):
     """A family whose library is not installed: the message names the extra that installs it."""
 
 
-class EnvFailure(RuntimeError):
+class EnvFailure(InfraFailure):
     """The foreign env itself broke (it raised, or returned what its own API does not allow): the episode fails as
     an env failure, never scored, and is retried by the same command."""
 

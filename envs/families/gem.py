@@ -27,13 +27,14 @@ from typing import Any
 
 import numpy as np
 
+from sleuth.core.errors import InfraFailure
 from sleuth.envs.families.base import LegalMoves, Move, TextGameEnv, registered, require
 from sleuth.tasks.base import Task
 
 LEGAL_SAMPLES = 16  # random actions drawn to list as legal moves (deduplicated)
 
 
-class DownloadRefused(RuntimeError):
+class DownloadRefused(InfraFailure):
     """A foreign env would download data at run time."""
 
 

@@ -33,12 +33,12 @@ from typing import Any
 
 import httpx
 
+from sleuth.core.net import in_thread
+from sleuth.core.registry import import_target
 from sleuth.envs.families.base import EnvFailure, Move, TextGameEnv, require
 from sleuth.envs.harness import Harness
 from sleuth.envs.sessions import SESSION_WAIT_S, SessionGate, SessionsBusy, open_session
 from sleuth.envs.tools import Tool
-from sleuth.net import in_thread
-from sleuth.registry import import_target
 from sleuth.tasks.base import Task
 
 _HIDDEN = {"done", "reward", "metadata"}  # observation fields the loop reads itself (or nobody reads)

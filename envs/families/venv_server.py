@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sleuth.core.net import free_port, wait_healthy
 from sleuth.envs.families.base import MissingExtraError
 from sleuth.envs.remote import RemoteEnv, RemoteEnvError
-from sleuth.net import free_port, wait_healthy
 
 START_TIMEOUT_S = 120.0
 REPO = Path(__file__).resolve().parents[2]

@@ -9,12 +9,13 @@ from typing import Any
 
 import httpx
 
+from sleuth.core.errors import InfraFailure
+from sleuth.core.net import RETRY_STATUS, RetriesExhausted, asend_with_retries, send_with_retries
 from sleuth.envs.retrieval.base import Hit
 from sleuth.envs.retrieval.corpus import Doc
-from sleuth.net import RETRY_STATUS, RetriesExhausted, asend_with_retries, send_with_retries
 
 
-class RetrievalError(RuntimeError):
+class RetrievalError(InfraFailure):
     pass
 
 

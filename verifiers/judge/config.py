@@ -12,12 +12,14 @@ from pathlib import Path
 
 import yaml
 
+from sleuth.core.errors import BadInput
+
 MODES = ("pointwise", "group")
 GROUP_REWARDS = ("score", "rank")
 SHOWS = ("answer", "transcript")
 
 
-class JudgeConfigError(ValueError):
+class JudgeConfigError(BadInput):
     """A judge file that cannot be used: the message names the file and the setting."""
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from sleuth.core.errors import BadInput
 from sleuth.verifiers.judge.config import JudgeConfig
 
 SCORE_PATTERNS = {
@@ -45,7 +46,7 @@ Give your reasons in a few sentences, then end with one line per response exactl
 N a number from 0 to {scale}."""
 
 
-class Junk(ValueError):
+class Junk(BadInput):
     """A reply the judge's settings cannot read a score from."""
 
 

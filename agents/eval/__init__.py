@@ -1,0 +1,1 @@
+"""Evaluation: held-out runs, their summaries, reports, comparisons and rescoring."""

@@ -1,0 +1,1 @@
+"""Policies: the protocol (token ids in, ids and logprobs out) and its implementations, loaded by name."""

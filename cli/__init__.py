@@ -1,0 +1,1 @@
+"""The `sleuth` command: one module per subcommand group."""

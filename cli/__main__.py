@@ -1,0 +1,7 @@
+"""`python -m sleuth.cli`: the `sleuth` command."""
+
+import sys
+
+from sleuth.cli.main import main
+
+sys.exit(main())

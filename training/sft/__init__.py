@@ -1,0 +1,1 @@
+"""Supervised fine-tuning on token-exact trajectories: data sources and the SFT loop."""
