@@ -266,7 +266,8 @@ def main() -> None:
         ap.error(f"unknown arm(s) {unknown}; known: {', '.join([*VARIANTS, *READER_ARMS])}")
     out = Path(args.out or setup.out)
     from sleuth.cli.args import parse_kv
-    from sleuth.training.config import ConfigError, load_config
+    from sleuth.core.errors import ConfigError
+    from sleuth.training.config import load_config
 
     try:
         base = load_config(args.config, parse_kv(args.set, flag="--set"))

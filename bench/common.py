@@ -95,7 +95,7 @@ def smollm2_update_setup(batch, micro_batch_tokens: int, gradient_checkpointing:
     from sleuth.agents.policies.models import load_causal_lm, resolve_model
     from sleuth.training.rl.losses import LossConfig
     from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
-    from sleuth.training.zero import EngineConfig, build_engine, init_distributed
+    from sleuth.training.zero import DeepSpeedConfig, build_engine, init_distributed
 
     init_distributed()
     trajs = load_trajectories(batch)
@@ -103,7 +103,7 @@ def smollm2_update_setup(batch, micro_batch_tokens: int, gradient_checkpointing:
     torch.manual_seed(0)
     model = load_causal_lm(resolve_model("smollm2"), torch.float32)
     model.config.use_cache = False
-    cfg = EngineConfig(zero_stage=2, lr=1e-9, dtype="fp32", gradient_checkpointing=gradient_checkpointing)
+    cfg = DeepSpeedConfig(zero_stage=2, lr=1e-9, dtype="fp32", gradient_checkpointing=gradient_checkpointing)
     engine = build_engine(model, cfg)
     upd = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=micro_batch_tokens, **update),  # type: ignore[arg-type]
                         LossConfig(entropy_coef=0.01), 0, temperature=0.8)

@@ -38,11 +38,11 @@ class Timed(gymnasium.Wrapper):
         return out
 
 
-def run(make_env, tasks, policy, env_workers: int = 0) -> dict[str, float]:
+def run(make_env, tasks, policy, env_threads: int = 0) -> dict[str, float]:
     Timed.latencies = []
     start = time.perf_counter()
     trajs = list(run_episodes(lambda: Timed(make_env()), tasks, policy, concurrency=CONCURRENCY,
-                              env_workers=env_workers))
+                              env_threads=env_threads))
     wall = time.perf_counter() - start
     lat = sorted(Timed.latencies)
     return {"eps": len(trajs) / wall, "p50": 1e3 * lat[len(lat) // 2], "p99": 1e3 * lat[int(0.99 * len(lat))],
@@ -56,7 +56,7 @@ def main() -> None:
     local = run(lambda: sleuth.make("DocRead-v0"), tasks, policy)
     with servers(2) as urls:
         remote = run(lambda: RemoteEnv(",".join(urls)), tasks, policy)
-        threaded = run(lambda: RemoteEnv(",".join(urls)), tasks, policy, env_workers=CONCURRENCY)
+        threaded = run(lambda: RemoteEnv(",".join(urls)), tasks, policy, env_threads=CONCURRENCY)
     lines = [f"{EPISODES} DocRead episodes (scripted oracle), {CONCURRENCY} at once.", "",
              "| where | episodes/s | step p50 ms | step p99 ms | p99 / p50 | lost | not solved |",
              "|---|---|---|---|---|---|---|",
@@ -65,7 +65,7 @@ def main() -> None:
              f"| two env servers over HTTP | {remote['eps']:.0f} | {remote['p50']:.2f} | {remote['p99']:.2f} | "
              f"{remote['p99'] / remote['p50']:.1f} | "
              f"{remote['lost']} | {remote['failed']} |",
-             f"| two env servers, steps in {CONCURRENCY} threads (`env_workers`) | {threaded['eps']:.0f} | "
+             f"| two env servers, steps in {CONCURRENCY} threads (`env_threads`) | {threaded['eps']:.0f} | "
              f"{threaded['p50']:.2f} | {threaded['p99']:.2f} | {threaded['p99'] / threaded['p50']:.1f} | "
              f"{threaded['lost']} | {threaded['failed']} |", "",
              f"Overhead: in-process episodes/s ÷ remote = {local['eps'] / remote['eps']:.1f}x steps in turn, "

@@ -236,9 +236,9 @@ def vllm_section(args: argparse.Namespace, tasks: list[Any], warm: list[int]) ->
     from sleuth.training.zero import resolved_dtype
 
     print(f"… starting a vLLM server with {python}", file=sys.stderr, flush=True)
-    cfg = load_config(overrides={"rollout.engine": "vllm", "rollout.concurrency": args.concurrency})
+    cfg = load_config(overrides={"rollout.inference": "vllm", "rollout.concurrency": args.concurrency})
     vllm = VLLMRollout(cfg.rollout, resolve_model(args.model), warm[:8], cfg.update.sync_tolerance_vllm,
-                       dtype=resolved_dtype(cfg.engine))  # a trainer's engine would run in it
+                       dtype=resolved_dtype(cfg.deepspeed))  # a trainer's engine would run in it
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
     arms = []
     try:

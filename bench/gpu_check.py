@@ -18,7 +18,7 @@ Checks, in this order (each PASS / FAIL / SKIP with figures; a failure never sto
                outside after step 1: rc 0, cluster/restarts >= 1, every sync within update.sync_tolerance;
                s per stage
   ray_collective  the same with update.sync_transport=collective (gloo: the two share one GPU): MB/s per sync
-  ray_vllm     the same with rollout.engine=vllm (a supervised vLLM server as the worker, logprobs verified);
+  ray_vllm     the same with rollout.inference=vllm (a supervised vLLM server as the worker, logprobs verified);
                SKIP in one line where no vLLM Python is installed
   rollout      TransformersRollout generation (bf16) on DocRead prompts: tokens/s for the tiny and the ~0.7B
                model; an update on its own generations (engine-trainer logprob mismatch), the verified

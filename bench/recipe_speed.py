@@ -14,7 +14,7 @@ Arms:
   DeepSpeed's shm op is not built at set-up in one process (a run's cost, not a step's), and AdamW runs
   fused (no switch; under ZeRO-2 it steps one flat partition, where fusing saves least).
 - `recipe, fp32`: the recipe as a CPU without AMX-BF16 runs it.
-- `recipe`: the recipe as configured (`engine.dtype: auto`: bf16 where the CPU has AMX-BF16); on a CPU
+- `recipe`: the recipe as configured (`deepspeed.dtype: auto`: bf16 where the CPU has AMX-BF16); on a CPU
   without it `auto` is fp32, the same run as `recipe, fp32`, so this arm is left out there (the report says so).
 
 Run: `.venv/bin/python bench/recipe_speed.py [--model DIR]` (default: the warm start `runs/main/sft/hf`
@@ -33,13 +33,13 @@ from common import cpu_name, publish, run_arm, train_recipe
 
 STEPS = 4  # the first is a warm-up
 ARMS = {
-    "switches off": {"engine.zero_stage": 2, "engine.dtype": "fp32", "update.packing": False,
+    "switches off": {"deepspeed.zero_stage": 2, "deepspeed.dtype": "fp32", "update.packing": False,
                      "rollout.kv_keep_mb": 0},  # and `levers_off()`
-    "recipe, fp32": {"engine.dtype": "fp32"},
+    "recipe, fp32": {"deepspeed.dtype": "fp32"},
     "recipe": {},
     # LoRA on every linear layer of the body: no weight gradients or optimizer states for the frozen
     # weights, but adapters in every forward and a merge at every sync (a speed arm: not tuned to learn)
-    "recipe + LoRA r 16": {"engine.lora": {"r": 16, "alpha": 32, "target_modules": [
+    "recipe + LoRA r 16": {"deepspeed.lora": {"r": 16, "alpha": 32, "target_modules": [
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}},
 }
 
@@ -70,7 +70,7 @@ def arm(model: str, overrides: dict) -> dict:
     from sleuth.training.zero import resolved_dtype
 
     cfg, rows = train_recipe(model, STEPS, overrides)
-    return {"dtype": str(resolved_dtype(cfg.engine)).removeprefix("torch."), "rows": rows,
+    return {"dtype": str(resolved_dtype(cfg.deepspeed)).removeprefix("torch."), "rows": rows,
             "episodes": cfg.rollout.tasks_per_step * cfg.rollout.group_size}
 
 
@@ -91,7 +91,7 @@ def main() -> None:
     results = {name: run_arm(__file__, name, ("--model", model)) for name in names}
     lines = [f"Model `{model}`, `configs/docread_cigpo.yaml`, 8 episodes a step; {cpu_name()}. Medians over "
              f"steps 2–{STEPS} (step 1 is a warm-up); each arm in a fresh process."
-             + ("" if "recipe" in results else " No AMX-BF16 here: `engine.dtype: auto` is fp32, so the recipe "
+             + ("" if "recipe" in results else " No AMX-BF16 here: `deepspeed.dtype: auto` is fp32, so the recipe "
                 "as configured is the `recipe, fp32` arm."), "",
              "| arm | dtype | CPU s / step | wall s / step | update share of wall | episodes / CPU-min | "
              "ratio vs switches off | engine–trainer mean |Δlogp| |",

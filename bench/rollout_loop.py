@@ -74,11 +74,11 @@ class Timed:
                     self.busy_s += time.perf_counter() - self._since
 
 
-def measure(make_env, tasks, policy: Timed, sampling: SamplingParams, concurrency: int, env_workers: int,
+def measure(make_env, tasks, policy: Timed, sampling: SamplingParams, concurrency: int, env_threads: int,
             lockstep: bool) -> dict[str, float]:
     policy.busy_s, policy.calls = 0.0, 0
     t = time.perf_counter()
-    trajs = list(run_episodes(make_env, tasks, policy, sampling, concurrency, env_workers=env_workers,
+    trajs = list(run_episodes(make_env, tasks, policy, sampling, concurrency, env_threads=env_threads,
                               lockstep=lockstep))
     wall = time.perf_counter() - t
     generated = sum(t.num_policy_tokens for t in trajs)
@@ -126,7 +126,7 @@ def docread(with_vllm: bool = True) -> list[str]:
         rows.append((name, measure(make, tasks, hf, sampling, 16, 0, ls)))
     if with_vllm and default_vllm_python() is not None:
         for servers in (1, 2):  # two servers on these 2 cores share them: the row shows routing's cost
-            cfg = load_config(overrides={"rollout.engine": "vllm", "rollout.concurrency": 16,
+            cfg = load_config(overrides={"rollout.inference": "vllm", "rollout.concurrency": 16,
                                          "rollout.vllm_servers": servers})
             vllm = VLLMRollout(cfg.rollout, resolve_model("smollm2"), hf.inner.tokenizer.encode("Hello"),
                                 cfg.update.sync_tolerance_vllm, dtype=hf.inner.model.dtype)  # as the HF arms
@@ -227,14 +227,14 @@ def sim_arm(live: int, arm: str, scale: float, tok: Any, steps: int = 3, train_s
     start = time.perf_counter()
     if not arm.startswith("async"):
         for _ in range(steps):
-            list(run_episodes(make, fresh(live), engine, sampling, live, env_workers=live, lockstep=arm == "lock-step"))
+            list(run_episodes(make, fresh(live), engine, sampling, live, env_threads=live, lockstep=arm == "lock-step"))
             time.sleep(train_s * scale)
             engine.inner.version += 1
         wall, busy = time.perf_counter() - start, engine.busy_s
     else:
         k, gate = int(arm[-1]), WeightsGate()
         stream = RolloutStream(make, lambda: fresh(live), engine, sampling, group_size=1, concurrency=k * live,
-                               max_staleness=k, env_workers=k * live, gate=gate)
+                               max_staleness=k, env_threads=k * live, gate=gate)
         try:
             for _ in range(steps):
                 taken = stream.take(live, engine.version)

@@ -128,9 +128,9 @@ class EnvServer:
 
 
 def train_command(out: Path, model: str, url: str, steps: int) -> list[str]:
-    sets = {"model": model, "cluster.backend": "ray", "cluster.rollout_workers": 2, "cluster.env_workers": 1,
-            "cluster.worker_cpus": 0.5, "cluster.env_worker_cpus": 0.5,
-            "rollout.max_staleness": 1, "loss.rollout_is": "tis", "rollout.env_workers": 4, "env": "Remote-v0",
+    sets = {"model": model, "cluster.backend": "ray", "cluster.rollout_workers": 2, "cluster.env_actors": 1,
+            "cluster.worker_cpus": 0.5, "cluster.env_actor_cpus": 0.5,
+            "rollout.max_staleness": 1, "loss.rollout_is": "tis", "rollout.env_threads": 4, "env": "Remote-v0",
             # the client's request timeout above the episode's deadline: a hung step is caught as `timeout`
             "env_args": f"{{url: '{url}', harness: text, timeout: 300}}", "rollout.max_tokens": 32,
             "rollout.episode_timeout_s": 120, "checkpoint.every": 5, "checkpoint.keep": 2,

@@ -116,7 +116,7 @@ def agent_rows(sets: list[str]) -> list[str]:
             with tempfile.TemporaryDirectory() as tmp:
                 t = time.perf_counter()
                 s = evaluate(lambda: sleuth.make("sleuth/SWE-v0"), tasks, load_policy(pol), Path(tmp),
-                             SamplingParams(max_tokens=64), 4, "sleuth/SWE-v0", resume=False, env_workers=2,
+                             SamplingParams(max_tokens=64), 4, "sleuth/SWE-v0", resume=False, env_threads=2,
                              progress=False)
                 res[pol] = (s["score"], time.perf_counter() - t)
         rows.append(f"| {name} | {len(tasks)} | {res['oracle'][0]:.3f} | {res['noop'][0]:.3f} | "

@@ -95,7 +95,7 @@ def cookbook_arm(url: str, model_dir: str, steps: int, work: Path) -> float:
 
 def sleuth_arm(steps: int, work: Path) -> float:
     subprocess.run([sys.executable, "-m", "sleuth.cli", "train", "--config", "reasoning_gym_grpo", "--out",
-                    str(work / "sleuth"), "--max-steps", str(steps), "--set", f"engine.lora={LORA}",
+                    str(work / "sleuth"), "--max-steps", str(steps), "--set", f"deepspeed.lora={LORA}",
                     "--set", "checkpoint.every=0", "--set", "checkpoint.export_hf=false", "--set", "tensorboard=false"],
                    check=True, capture_output=True, cwd=ROOT)
     rows = [json.loads(x) for x in (work / "sleuth" / "metrics.jsonl").read_text().splitlines()][1:]

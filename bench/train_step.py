@@ -72,7 +72,7 @@ def rollout_engines() -> list[str]:
     if default_vllm_python() is None:
         rows.append("| vLLM | not installed (`make vllm`) | |")
         return rows
-    cfg = load_config(overrides={"rollout.engine": "vllm"})
+    cfg = load_config(overrides={"rollout.inference": "vllm"})
     vllm = VLLMRollout(cfg.rollout, resolve_model("smollm2"), reqs[0].prompt_ids[:8], cfg.update.sync_tolerance_vllm,
                        dtype=hf.model.dtype)  # as the transformers row
     try:
@@ -98,7 +98,7 @@ def optimizer_steps() -> list[str]:
     from sleuth.training.rl.batch import build_batch
     from sleuth.training.rl.losses import LossConfig, denominator, policy_loss, token_logprobs
     from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
-    from sleuth.training.zero import EngineConfig, build_engine, init_distributed
+    from sleuth.training.zero import DeepSpeedConfig, build_engine, init_distributed
 
     init_distributed()
     trajs, advs, pad = real_batch()
@@ -123,7 +123,7 @@ def optimizer_steps() -> list[str]:
         return times[-1]
 
     def deepspeed(stage: int) -> float:
-        cfg = EngineConfig(zero_stage=stage, lr=1e-6, dtype="fp32")
+        cfg = DeepSpeedConfig(zero_stage=stage, lr=1e-6, dtype="fp32")
         engine = build_engine(load_causal_lm(path), cfg)
         upd = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=1 << 20), LossConfig(), pad)
         times = []
@@ -199,13 +199,13 @@ def inner_loop() -> list[str]:
     from sleuth.agents.policies.models import load_causal_lm
     from sleuth.training.rl.losses import LossConfig
     from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
-    from sleuth.training.zero import EngineConfig, build_engine, init_distributed
+    from sleuth.training.zero import DeepSpeedConfig, build_engine, init_distributed
 
     init_distributed()
     trajs, advs, pad = real_batch()
     path = resolve_model("smollm2")
     n_tok = sum(len(t.token_ids()) for t in trajs)
-    engine = build_engine(load_causal_lm(path), EngineConfig(zero_stage=2, lr=1e-5, dtype="fp32"))
+    engine = build_engine(load_causal_lm(path), DeepSpeedConfig(zero_stage=2, lr=1e-5, dtype="fp32"))
     shapes = [(1, 1), (2, 1), (2, 2)]
     times: dict[tuple[int, int], list[float]] = {s: [] for s in shapes}
     clip: dict[tuple[int, int], float] = {}
@@ -237,7 +237,7 @@ def stages() -> list[str]:
     out = Path(tempfile.mkdtemp(prefix="sleuth-bench-train-"))
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "docread_quick.yaml",
                       {"out": str(out), "max_steps": 1, "checkpoint.export_hf": False, "tensorboard": False,
-                       "engine.dtype": "fp32"})
+                       "deepspeed.dtype": "fp32"})
     row = Trainer(cfg, progress=False).train()[0]
     total = sum(row[f"time/{k}"] for k in ("rollout", "reward", "update", "sync"))
     lines = ["| stage | s | share |", "|---|---|---|"]

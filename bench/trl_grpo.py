@@ -12,13 +12,13 @@ that), then the weight sync (nothing to copy: the engine runs the updated module
 (generation with the training model itself, so it has no sync either).
 
 Activation checkpointing: TRL's `GRPOConfig` turns it on by default (`gradient_checkpointing=True`), sleuth's
-`engine.gradient_checkpointing` is off by default. The arms above run each side's default; one more sleuth arm
+`deepspeed.gradient_checkpointing` is off by default. The arms above run each side's default; one more sleuth arm
 (ZeRO-0) turns it on, the like-for-like comparison of memory.
 
 Two more arms at the other precision each side offers: TRL with `bf16=True` (on the CPU, HF's Trainer keeps
-fp32 weights and runs under bf16 autocast) and sleuth ZeRO-0 with `engine.dtype: bf16` (bf16 weights with
+fp32 weights and runs under bf16 autocast) and sleuth ZeRO-0 with `deepspeed.dtype: bf16` (bf16 weights with
 fp32 masters, the rollout engine in bf16; what `auto` picks on a CPU with AMX-BF16). They are compared
-with each other, and run only on a CPU with AMX-BF16 (where `engine.dtype: auto` picks bf16): elsewhere
+with each other, and run only on a CPU with AMX-BF16 (where `deepspeed.dtype: auto` picks bf16): elsewhere
 bf16 matmuls are emulated, hundreds of times slower, and nobody would train that way.
 
 Each arm runs in a fresh process (peak memory is per arm): a warm-up step, then 3 measured steps; wall and
@@ -37,7 +37,7 @@ import time
 from common import cpu_name, publish, run_arm, trl_step_clock
 
 PROMPTS, GROUP, TOKENS, STEPS, LR = 4, 4, 32, 3, 1e-6
-# each sleuth arm's settings: engine.zero_stage, update.share_prefix, engine.dtype, engine.gradient_checkpointing
+# each sleuth arm: deepspeed.zero_stage, update.share_prefix, deepspeed.dtype, deepspeed.gradient_checkpointing
 SLEUTH_ARMS = {
     "sleuth-zero2": (2, True, "fp32", False), "sleuth-zero0": (0, True, "fp32", False),
     "sleuth-zero2-unshared": (2, False, "fp32", False), "sleuth-zero0-ckpt": (0, True, "fp32", True),
@@ -75,11 +75,11 @@ def sleuth_arm(zero_stage: int, share_prefix: bool, dtype: str, checkpointing: b
     from sleuth.training.rl.losses import LossConfig
     from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
     from sleuth.training.rollout.factory import make_rollout
-    from sleuth.training.zero import EngineConfig, build_engine, init_distributed
+    from sleuth.training.zero import DeepSpeedConfig, build_engine, init_distributed
 
     init_distributed()
     path = resolve_model("smollm2")
-    engine_cfg = EngineConfig(zero_stage=zero_stage, lr=LR, dtype=dtype, gradient_checkpointing=checkpointing)
+    engine_cfg = DeepSpeedConfig(zero_stage=zero_stage, lr=LR, dtype=dtype, gradient_checkpointing=checkpointing)
     engine = build_engine(load_causal_lm(path), engine_cfg)
     tok = AutoTokenizer.from_pretrained(path)
     probe = tok.apply_chat_template([{"role": "user", "content": "Hello"}], add_generation_prompt=True,
@@ -169,9 +169,9 @@ def main() -> None:
              "sleuth-zero2": "sleuth, ZeRO-2 (default)", "sleuth-zero0": "sleuth, ZeRO-0",
              "sleuth-zero2-unshared":
                  "sleuth, ZeRO-2, each member's prompt in the update (`update.share_prefix: false`)",
-             "sleuth-zero0-ckpt": "sleuth, ZeRO-0, `engine.gradient_checkpointing: true` (TRL's default is on)",
+             "sleuth-zero0-ckpt": "sleuth, ZeRO-0, `deepspeed.gradient_checkpointing: true` (TRL's default is on)",
              "trl-bf16": "TRL GRPOTrainer, `bf16=True` (on the CPU: fp32 weights, bf16 autocast)",
-             "sleuth-zero0-bf16": "sleuth, ZeRO-0, `engine.dtype: bf16` (bf16 weights, fp32 masters; engine in bf16)"}
+             "sleuth-zero0-bf16": "sleuth, ZeRO-0, `deepspeed.dtype: bf16` (bf16 weights, fp32 masters)"}
     for arm, r in results.items():
         base = results["trl-bf16" if arm.endswith("-bf16") else "trl"]
         rows.append(f"| {names[arm]} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['cpu_s'] / base['cpu_s']:.2f}× | "

@@ -11,7 +11,7 @@ the reward is the env's verifier (token F1 of the answer); group-standardised ad
 (the continuous agent loop with KV states kept across an episode's turns, packing; the engine runs the trainer's
 own module) with the shipped 2-core recipes' engine settings (ZeRO-0, 2,048 tokens a forward/backward), 64 tokens
 a turn. TRL's `GRPOConfig` turns activation checkpointing on by default, sleuth's is off: `--sleuth-set
-engine.gradient_checkpointing=true` compares memory like for like. TRL:
+deepspeed.gradient_checkpointing=true` compares memory like for like. TRL:
 `GRPOTrainer(environment_factory=...)` with sleuth's env as its tool class (`sleuth.envs.outbound.trl`), 4
 tool-calling iterations, a 1,024-token completion budget (tool results count in it), generation by the training
 model (TRL's default without vLLM).
@@ -90,8 +90,8 @@ def sleuth_arm(model: Path, overrides: dict[str, str]) -> dict[str, float]:
             "rollout.temperature": 1.0, "loss.eps_low": 0.2, "loss.eps_high": 0.28, "loss.aggregation": "token_mean",
             # as the shipped 2-core recipes (configs/docread_quick.yaml): ZeRO-0 (one process: ZeRO partitions
             # nothing) and 2,048 tokens a forward/backward
-            "engine.zero_stage": 0, "update.micro_batch_tokens": 2048,
-            "engine.lr": LR, "engine.dtype": "fp32", "checkpoint.every": 0, "checkpoint.export_hf": False,
+            "deepspeed.zero_stage": 0, "update.micro_batch_tokens": 2048,
+            "deepspeed.lr": LR, "deepspeed.dtype": "fp32", "checkpoint.every": 0, "checkpoint.export_hf": False,
             "tensorboard": False, **overrides})
         rows = Trainer(cfg, progress=False).train()[1:]  # the first step warms up
         trajs = [t for s in range(2, STEPS + 2)

@@ -1,7 +1,7 @@
 """Time and memory of one policy update of SmolLM2-135M on the same real DocRead trajectories, three ways:
 sleuth's `PolicyUpdater` on DeepSpeed ZeRO-2 with right-padded micro-batches (grouped longest first so
 padding stays small: the usual way), with packed ones (`update.packing`: each micro-batch's sequences as
-one row, no padding) and padded with activation checkpointing (`engine.gradient_checkpointing`).
+one row, no padding) and padded with activation checkpointing (`deepspeed.gradient_checkpointing`).
 
 Each arm runs in a fresh process (peak resident memory is per process), the arms alternate, medians of the
 repeats; an update is timed after a warm-up update at a learning rate of 1e-9 (the weights, hence the

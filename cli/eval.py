@@ -95,7 +95,7 @@ def _eval_mode(args: argparse.Namespace) -> str | None:
             args.tasks = "seeds:test"  # an env that makes its own episodes: seeds 0, 1, 2, ... (--limit N)
         return None
     env_only = [f for f, v in (("--env", args.env is not None), ("--harness", args.harness is not None),
-                               ("--env-arg", bool(args.env_arg)), ("--env-workers", args.env_workers > 0)) if v]
+                               ("--env-arg", bool(args.env_arg)), ("--env-threads", args.env_threads > 0)) if v]
     flag = "--agent" if args.agent else "--agent-command"
     if env_only:
         return (f"{', '.join(env_only)} cannot go with {flag}: the agent brings its own tools and prompt "
@@ -168,7 +168,7 @@ def _eval_runs(args: argparse.Namespace, tasks: list, env_args: dict[str, Any], 
                             lambda h=harness: sleuth.make(args.env, harness=h, **env_args), tasks, policy,
                             out / run if multi else out, sampling, args.concurrency, args.env,
                             meta={"tasks": args.tasks, "harness": harness, "run": run}, resume=not args.no_resume,
-                            samples=args.samples, env_workers=args.env_workers, rescore=rescore,
+                            samples=args.samples, env_threads=args.env_threads, rescore=rescore,
                             identity={**identity, "env": args.env, "env_args": env_args, "harness": harness,
                                       **({"verifier": args.verifier} if args.verifier else {})},
                             episode_timeout_s=(EPISODE_TIMEOUT_S if args.episode_timeout is None
@@ -297,7 +297,7 @@ def add_eval_parser(sub: Any) -> None:
     e.add_argument("--episode-timeout", type=bounded(float, 0), default=None, metavar="SECONDS",
                    help="an episode still running this long after its reset fails as `timeout`, never scored, and is "
                         "retried by the same command (default: rollout.episode_timeout_s's, 1800; 0: no limit)")
-    e.add_argument("--env-workers", type=bounded(int, 0), default=0,
+    e.add_argument("--env-threads", type=bounded(int, 0), default=0,
                    help="threads stepping envs in parallel (use with Code-v0 sandboxes or Remote-v0 servers)")
     e.add_argument("--samples", type=bounded(int, 1), default=1,
                    help="episodes per task; pass@k is reported (needs --temperature > 0)")

@@ -24,6 +24,10 @@ class BadInput(SleuthError, ValueError):
     exit_code = 2
 
 
+class ConfigError(BadInput):
+    """A config (a YAML file, a `--set` override, a judge file) that cannot be run as written."""
+
+
 class InfraFailure(SleuthError, RuntimeError):
     """Infrastructure failed (a server, worker, sandbox, network): retry, never score."""
 

@@ -55,7 +55,7 @@ def tiny_model_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(autouse=True)
 def _fp32_on_every_cpu(monkeypatch):
-    """`engine.dtype: auto` picks bf16 on a CPU with AMX-BF16: the suite's numbers must not depend on which
+    """`deepspeed.dtype: auto` picks bf16 on a CPU with AMX-BF16: the suite's numbers must not depend on which
     machine runs it, so auto means fp32 here. The bf16 path is tested with an explicit `dtype="bf16"`."""
     from sleuth.training import zero as engine
 

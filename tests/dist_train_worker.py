@@ -15,7 +15,7 @@ from train_helpers import fixed_batch, surrogate  # noqa: E402
 
 from sleuth.training.rl.losses import LossConfig  # noqa: E402
 from sleuth.training.rl.update import PolicyUpdater, UpdateConfig  # noqa: E402
-from sleuth.training.zero import EngineConfig, build_engine, init_distributed  # noqa: E402
+from sleuth.training.zero import DeepSpeedConfig, build_engine, init_distributed  # noqa: E402
 
 
 def main(model_dir: str, out: str) -> None:
@@ -25,7 +25,7 @@ def main(model_dir: str, out: str) -> None:
     result = {"world": world}
     for stage in (2, 3):
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        engine = build_engine(model, EngineConfig(zero_stage=stage, lr=1e-3, dtype="fp32"))
+        engine = build_engine(model, DeepSpeedConfig(zero_stage=stage, lr=1e-3, dtype="fp32"))
         updater = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=64), LossConfig(), pad_id=0)
         before = surrogate(engine.module, trajs, advs)
         for _ in range(3):
@@ -33,7 +33,7 @@ def main(model_dir: str, out: str) -> None:
         after = surrogate(engine.module, trajs, advs)
         result[f"zero{stage}"] = {"before": before, "after": after, "grad_norm": stats.grad_norm}
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    engine = build_engine(model, EngineConfig(zero_stage=3, lr=1e-3, dtype="fp32"))
+    engine = build_engine(model, DeepSpeedConfig(zero_stage=3, lr=1e-3, dtype="fp32"))
     ppo = UpdateConfig(micro_batch_tokens=64, epochs=2, mini_batches=3)
     updater = PolicyUpdater(engine, ppo, LossConfig(), pad_id=0)
     uneven = (trajs[:3], advs[:3]) if rank == 0 else (trajs[3:4], advs[3:4])

@@ -186,7 +186,7 @@ def _cfg(tiny_model_dir, out, **over):
     base = {"model": tiny_model_dir, "out": str(out), "env_args": {"harness": "text"}, "task_limit": 24,
             "rollout.max_tokens": 12, "rollout.tasks_per_step": 2, "rollout.group_size": 2, "rollout.temperature": 0.7,
             "rollout.max_staleness": 1, "loss.rollout_is": "tis", "checkpoint.export_hf": False,
-            "tensorboard": False, "engine.lr": 1e-3, "loss.entropy_coef": 0.01}
+            "tensorboard": False, "deepspeed.lr": 1e-3, "loss.entropy_coef": 0.01}
     base.update(over)
     return load_config(overrides=base)
 
@@ -203,7 +203,7 @@ def test_async_configs_that_cannot_work_are_refused(tiny_model_dir, tmp_path, ov
 
 def test_async_trainer_keeps_samples_within_the_bound_and_times_out_a_blocked_sync(tiny_model_dir, tmp_path):
     from sleuth.training.rl.trainer import Trainer
-    from sleuth.training.rollout.engine import WeightSyncError
+    from sleuth.training.rollout.in_process import WeightSyncError
 
     # with a teacher (the policy, shown the answer): its scoring of a step's episodes overlaps the next rollouts
     trainer = Trainer(_cfg(tiny_model_dir, tmp_path / "run", max_steps=3, **{

@@ -1,4 +1,4 @@
-"""Branches (`rollout.branches`): an episode continued from one of its recorded turns — the env replayed and
+"""Branches (`branches.answer`): an episode continued from one of its recorded turns — the env replayed and
 checked, the context the recorded ids, the new turns the only ones that train — and how a step counts them."""
 
 import gymnasium
@@ -126,22 +126,22 @@ def test_the_step_row_reports_branches_beside_the_episodes():
 
 
 def test_branches_are_refused_where_there_is_nothing_to_replay_or_no_step_to_wait_for():
-    from sleuth.training.config import AgentConfig, RolloutConfig, TrainConfig
+    from sleuth.training.config import AgentConfig, BranchesConfig, RolloutConfig, TrainConfig
 
     with pytest.raises(ValueError, match="no env to replay"):
-        TrainConfig(agent=AgentConfig(entrypoint="m:f"), rollout=RolloutConfig(branches=2))
+        TrainConfig(agent=AgentConfig(entrypoint="m:f"), branches=BranchesConfig(answer=2))
     with pytest.raises(ValueError, match="stream"):
-        TrainConfig(rollout=RolloutConfig(branches=2, max_staleness=1))
-    with pytest.raises(ValueError, match="rollout.branches must be"):
-        RolloutConfig(branches=-1)
-    with pytest.raises(ValueError, match="no env to replay: set rollout.demo_branches: 0"):
-        TrainConfig(agent=AgentConfig(entrypoint="m:f"), rollout=RolloutConfig(demo_branches=2))
+        TrainConfig(rollout=RolloutConfig(max_staleness=1), branches=BranchesConfig(answer=2))
+    with pytest.raises(ValueError, match="branches.answer must be"):
+        BranchesConfig(answer=-1)
+    with pytest.raises(ValueError, match="no env to replay: set branches.demo: 0"):
+        TrainConfig(agent=AgentConfig(entrypoint="m:f"), branches=BranchesConfig(demo=2))
     with pytest.raises(ValueError, match="stream"):
-        TrainConfig(rollout=RolloutConfig(demo_branches=2, max_staleness=1))
-    with pytest.raises(ValueError, match="rollout.demo_branches must be"):
-        RolloutConfig(demo_branches=-1)
-    with pytest.raises(ValueError, match="demo_branches is 0"):
-        RolloutConfig(demo_tasks=4)
+        TrainConfig(rollout=RolloutConfig(max_staleness=1), branches=BranchesConfig(demo=2))
+    with pytest.raises(ValueError, match="branches.demo must be"):
+        BranchesConfig(demo=-1)
+    with pytest.raises(ValueError, match="branches.demo is 0"):
+        BranchesConfig(demo_tasks=4)
 
 
 def test_an_episodes_branches_meet_it_in_one_micro_batch_and_add_only_their_own_tokens():
@@ -186,7 +186,7 @@ def test_branch_points_are_the_last_turns_of_episodes_that_ended_on_their_own(ho
 
 def test_demo_branches_answer_from_where_the_demonstrator_read_and_train_only_their_answer(tiny_model_dir, tmp_path,
                                                                                           hotpot_tasks):
-    """`rollout.demo_branches: 3` with `oracle-title`: each task of the step gets a group of 3 continuations from
+    """`branches.demo: 3` with `oracle-title`: each task of the step gets a group of 3 continuations from
     the demonstration's context before its answer (its reads done), the demonstration's tokens never train, and
     the step counts them apart from its episodes; with `demo_tasks` the demonstrations play tasks of their own."""
     import json
@@ -199,7 +199,7 @@ def test_demo_branches_answer_from_where_the_demonstrator_read_and_train_only_th
     cfg_over = {
         "model": tiny_model_dir, "out": str(tmp_path / "run"), "env_args": {"harness": "text"}, "task_limit": 24,
         "rollout.max_tokens": 12, "rollout.tasks_per_step": 2, "rollout.group_size": 2, "rollout.temperature": 0.7,
-        "rollout.demo_branches": 3, "rollout.demonstrator": "oracle-title", "checkpoint.export_hf": False,
+        "branches.demo": 3, "branches.demonstrator": "oracle-title", "checkpoint.export_hf": False,
         "tensorboard": False, "max_steps": 1}
     trainer = Trainer(load_config(overrides=cfg_over), progress=False)
     row = trainer.train()[0]
@@ -219,7 +219,7 @@ def test_demo_branches_answer_from_where_the_demonstrator_read_and_train_only_th
         assert sum(d.loss_mask()) == sum(len(t.action_ids) for t in d.turns)  # ... and only the policy's turns train
         assert not d.failed
     # `demo_tasks: 4`: the demonstrations play 4 tasks drawn after the round's 2, not the round's own
-    more = Trainer(load_config(overrides={**cfg_over, "out": str(tmp_path / "more"), "rollout.demo_tasks": 4}),
+    more = Trainer(load_config(overrides={**cfg_over, "out": str(tmp_path / "more"), "branches.demo_tasks": 4}),
                    progress=False)
     got = more.collect(1)
     episode_tasks = {t.task_id for t in got.seen if not t.branch_at}
@@ -229,16 +229,17 @@ def test_demo_branches_answer_from_where_the_demonstrator_read_and_train_only_th
 
 
 def test_a_demonstrator_that_is_not_one_or_ends_no_episode_after_a_read_is_refused(tiny_model_dir, tmp_path):
-    from sleuth.training.config import ConfigError, load_config
+    from sleuth.core.errors import ConfigError
+    from sleuth.training.config import load_config
     from sleuth.training.rl.trainer import Trainer
 
     def cfg(demonstrator: str, out: str):
         return load_config(overrides={
             "model": tiny_model_dir, "out": str(tmp_path / out), "env_args": {"harness": "text"}, "task_limit": 4,
-            "rollout.max_tokens": 8, "rollout.group_size": 2, "rollout.demo_branches": 2,
-            "rollout.demonstrator": demonstrator, "checkpoint.export_hf": False, "tensorboard": False})
+            "rollout.max_tokens": 8, "rollout.group_size": 2, "branches.demo": 2,
+            "branches.demonstrator": demonstrator, "checkpoint.export_hf": False, "tensorboard": False})
 
-    with pytest.raises(ConfigError, match="rollout.demonstrator: .*did you mean 'oracle-title'"):
+    with pytest.raises(ConfigError, match="branches.demonstrator: .*did you mean 'oracle-title'"):
         Trainer(cfg("oracle-titel", "typo"), progress=False)
     noop = Trainer(cfg("noop", "noop"), progress=False)  # it answers at once: no state before its last turn
     with pytest.raises(ConfigError, match="'noop' ended no episode of DocRead-v0 after two or more turns"):
@@ -248,7 +249,8 @@ def test_a_demonstrator_that_is_not_one_or_ends_no_episode_after_a_read_is_refus
 def test_demonstration_starts_skip_episodes_an_infrastructure_failure_took(hotpot_tasks):
     """An env that cannot reset fails the demonstrator's episodes: no start and no config error (a failure of
     the machine is not the demonstrator's), where a demonstrator that answers at once is refused."""
-    from sleuth.training.config import ConfigError, RolloutConfig
+    from sleuth.core.errors import ConfigError
+    from sleuth.training.config import RolloutConfig
     from sleuth.training.rl.branching import demo_points
 
     class Broken(gymnasium.Wrapper):
@@ -256,10 +258,10 @@ def test_demonstration_starts_skip_episodes_an_infrastructure_failure_took(hotpo
             raise ConnectionError("env server went away")
 
     oracle = load_policy("oracle-title")
-    rc = RolloutConfig(demo_branches=2, demonstrator="oracle-title")
-    assert demo_points(lambda: Broken(_docread()), hotpot_tasks[:2], oracle, rc, "DocRead-v0", "1.0") == []
-    points = demo_points(_docread, hotpot_tasks[:2], oracle, rc, "DocRead-v0", "1.0")
+    rc = RolloutConfig()
+    assert demo_points(lambda: Broken(_docread()), hotpot_tasks[:2], oracle, "oracle-title", rc, "DocRead-v0",
+                       "1.0") == []
+    points = demo_points(_docread, hotpot_tasks[:2], oracle, "oracle-title", rc, "DocRead-v0", "1.0")
     assert sorted(p.group for p in points) == sorted(f"{t.id}@1.0^demo" for t in hotpot_tasks[:2])  # completion order
     with pytest.raises(ConfigError, match="ended no episode"):
-        demo_points(_docread, hotpot_tasks[:2], load_policy("noop"), RolloutConfig(demonstrator="noop"), "DocRead-v0",
-                    "1.0")
+        demo_points(_docread, hotpot_tasks[:2], load_policy("noop"), "noop", rc, "DocRead-v0", "1.0")

@@ -47,14 +47,14 @@ def _task():
     return load_tasks("hotpotqa:test", limit=1)[0]
 
 
-def test_env_workers_survive_spaced_deaths_and_stop_when_crash_looping():
+def test_env_actors_survive_spaced_deaths_and_stop_when_crash_looping():
     """Worker 0 is killed twice, a window apart (Ray's lifetime budget of `max_restarts`=1 would have ended it at
     the second), and each time the next episode opens on the restarted worker; killed again at once it is
     crash-looping: its episode fails naming the cause, and new sessions go to worker 1."""
     from sleuth.training.cluster.env_actors import EnvPool, RayEnvError
 
     clock, window = Clock(), 10.0
-    cluster = ClusterConfig(backend="ray", env_workers=2, env_worker_cpus=0.5, max_restarts=1,
+    cluster = ClusterConfig(backend="ray", env_actors=2, env_actor_cpus=0.5, max_restarts=1,
                             restart_window_s=window)
     pool = EnvPool(cluster, "DocRead-v0", {"harness": "text"})
     pool.loops = [CrashLoop(1, window, clock=clock) for _ in pool.actors]
@@ -71,7 +71,7 @@ def test_env_workers_survive_spaced_deaths_and_stop_when_crash_looping():
         os.kill(pool.pids[0], signal.SIGKILL)
         with pytest.raises(RayEnvError, match="env worker 0 is crash-looping: it died 2 times within 10 s"):
             env.reset(options={"task": task})
-        assert pool.stats() == {"cluster/env_restarts": 3.0, "cluster/live_env_workers": 1.0}
+        assert pool.stats() == {"cluster/env_restarts": 3.0, "cluster/live_env_actors": 1.0}
         others = [pool.make() for _ in range(3)]
         assert [e.index for e in others] == [1, 1, 1]
         assert task.question in others[0].reset(options={"task": task})[0]

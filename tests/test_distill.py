@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from sleuth.agents.trajectory import Trajectory, Turn
-from sleuth.training.config import ConfigError, load_config
+from sleuth.core.errors import ConfigError
+from sleuth.training.config import load_config
 from sleuth.training.distill.signal import DistillConfig, TeacherTokens, reverse_kl_penalty, topk_divergence
 
 
@@ -380,7 +381,7 @@ def test_lora_student_with_a_self_teacher_and_the_topk_loss(tiny_model_dir, tmp_
         "model": tiny_model_dir, "out": str(tmp_path / "run"), "task_limit": 8, "max_steps": 1,
         "rollout.max_tokens": 8, "rollout.group_size": 2, "rollout.tasks_per_step": 1, "checkpoint.export_hf": False,
         "algorithm.distill.kind": "topk_forward_kl", "algorithm.distill.teacher_context": "answer",
-        "engine.lora": {"r": 4}, "engine.lr": 1e-2})
+        "deepspeed.lora": {"r": 4}, "deepspeed.lr": 1e-2})
     trainer = Trainer(cfg, progress=False)
     row = trainer.train()[0]
     assert row["loss/distill"] > 0 and row["grad_norm"] > 0 and row["distill/signal_share"] == 1.0
@@ -394,6 +395,6 @@ def test_zero3_student_with_a_self_teacher(tiny_model_dir, tmp_path):
     cfg = load_config("docread_opd_cigpo", {
         "model": tiny_model_dir, "out": str(tmp_path / "run"), "task_limit": 8, "max_steps": 1,
         "rollout.max_tokens": 8, "rollout.group_size": 2, "rollout.tasks_per_step": 1, "checkpoint.export_hf": False,
-        "engine.zero_stage": 3, "algorithm.distill.teacher_context": "answer"})
+        "deepspeed.zero_stage": 3, "algorithm.distill.teacher_context": "answer"})
     row = Trainer(cfg, progress=False).train()[0]
     assert row["distill/signal_share"] == 1.0 and np.isfinite(row["distill/reverse_kl"]) and row["grad_norm"] > 0

@@ -190,7 +190,7 @@ def test_textarena_player_counts_and_unknown_opponents_are_refused():
         sleuth.make("textarena:TicTacToe-v0", num_players=3, seat=0)
     with pytest.raises(ValueError, match="unknown opponent"):
         sleuth.make("textarena:TicTacToe-v0", opponent="grandmaster")
-    with pytest.raises(ValueError, match="rollout.engine: vllm"):
+    with pytest.raises(ValueError, match="rollout.inference: vllm"):
         sleuth.make("textarena:TicTacToe-v0", opponent="self")
     with pytest.raises(ValueError, match="got keys"):
         sleuth.make("textarena:TicTacToe-v0", opponent={"model": "x"})
@@ -372,7 +372,7 @@ def test_grpo_trains_two_steps_on_a_reasoning_gym_and_a_textarena_env(tiny_model
         cfg = load_config(overrides={"model": tiny_model_dir, "env": env, "env_args": args, "max_steps": 2,
                                      "out": str(tmp_path / env.replace(":", "_")), "rollout.group_size": 2,
                                      "rollout.tasks_per_step": 2, "rollout.max_tokens": 8,
-                                     "rollout.temperature": 1.0, "engine.zero_stage": 0,
+                                     "rollout.temperature": 1.0, "deepspeed.zero_stage": 0,
                                      "checkpoint.every": 100})
         assert cfg.tasks == "seeds:train"
         rows = Trainer(cfg, progress=False).train()

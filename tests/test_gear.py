@@ -198,7 +198,7 @@ def test_gear_mix_update_trains_the_head_and_moves_the_teacher(tiny_model_dir, l
     from sleuth.training.rl.mixing import Mixing
     from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
     from sleuth.training.zero import (
-        EngineConfig,
+        DeepSpeedConfig,
         LoraConfig,
         build_engine,
         full_state_dict,
@@ -208,7 +208,7 @@ def test_gear_mix_update_trains_the_head_and_moves_the_teacher(tiny_model_dir, l
     init_distributed()
     torch.manual_seed(0)
     engine = build_engine(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-                          EngineConfig(zero_stage=2, lr=1e-3, lora=LoraConfig(r=4) if lora else None))
+                          DeepSpeedConfig(zero_stage=2, lr=1e-3, lora=LoraConfig(r=4) if lora else None))
     mix = Mixing(MixingSpec(granularities=2, ema_decay=0.5, mixer_lr=0.1), engine.module, 64)
     trajs, advs = fixed_batch(4)
     two = [np.stack([a, -0.5 * a], -1) for a in advs]  # the granularities disagree

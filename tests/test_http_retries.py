@@ -313,7 +313,7 @@ def test_the_retrieval_clients_retry_through_the_shared_helper():
 def test_train_with_a_dead_vllm_url_says_what_to_do_in_one_line(tiny_model_dir, tmp_path):
     url = f"http://127.0.0.1:{free_port()}"
     cmd = [sys.executable, "-m", "sleuth.cli", "train", "--config", "configs/docread_quick.yaml", "--out",
-           str(tmp_path / "run"), "--set", f"model={tiny_model_dir}", "--set", "rollout.engine=vllm",
+           str(tmp_path / "run"), "--set", f"model={tiny_model_dir}", "--set", "rollout.inference=vllm",
            "--set", f"rollout.vllm_url={url}"]
     env = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # transformers' "Loading weights" bar is not an error
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[1], env=env)

@@ -32,7 +32,7 @@ def test_a_lora_sync_sends_w_plus_ba_and_leaves_the_frozen_weights_alone(tiny_mo
     """The synced weights are W + (α/r)·B·A (by hand), the frozen W is bit-identical after several syncs (an
     in-place merge and unmerge rounds it away in bf16), and the rollout engine passes the sync check: its
     logits equal the trainer's merged forward exactly."""
-    from sleuth.training.rollout.engine import TransformersRollout
+    from sleuth.training.rollout.in_process import TransformersRollout
     from sleuth.training.zero import LoraConfig, full_state_dict
 
     engine = seeded_engine(tiny_model_dir, zero_stage=0, lr=1e-2, dtype=dtype, lora=LoraConfig(r=4, alpha=8))

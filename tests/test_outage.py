@@ -51,7 +51,7 @@ def test_a_step_that_lost_every_env_server_is_sampled_again_and_a_signal_in_the_
     args = ["train", "--out", out, "--set", f"model={tiny_model_dir}", "--set", "env=sleuth/Remote-v0",
             "--set", f"env_args={{url: '{url}', harness: text, timeout: 5, retries: 0}}", "--set", "task_limit=24",
             "--set", "rollout.max_tokens=12", "--set", "rollout.group_size=2", "--set", "checkpoint.export_hf=false",
-            "--set", "tensorboard=false", "--set", "engine.dtype=fp32", "--set", "checkpoint.every=0",
+            "--set", "tensorboard=false", "--set", "deepspeed.dtype=fp32", "--set", "checkpoint.every=0",
             "--set", "rollout.outage_retries=4", "--set", "rollout.outage_backoff_s=2", "--max-steps", "4"]
     server = env_server(port)
     train = sleuth(*args, log=open(log, "w"))  # noqa: SIM115

@@ -85,7 +85,7 @@ def test_sigterm_checkpoints_the_train_step_in_flight_and_resume_continues_exact
     resumed run samples the very tokens an uninterrupted run sampled (temperature 1: seeds, RNG and weights)."""
     args = ["--set", f"model={tiny_model_dir}", "--set", "env_args={harness: text}", "--set", "task_limit=24",
             "--set", "rollout.max_tokens=12", "--set", "rollout.group_size=2", "--set", "checkpoint.export_hf=false",
-            "--set", "tensorboard=false", "--set", "engine.dtype=fp32", "--set", "loss.entropy_coef=0.01",
+            "--set", "tensorboard=false", "--set", "deepspeed.dtype=fp32", "--set", "loss.entropy_coef=0.01",
             "--set", "checkpoint.every=0", "--max-steps", "3"]
     out, ref = tmp_path / "run", tmp_path / "ref"
     proc = start(["train", "--out", out, *args], tmp_path / "run.log")

@@ -11,8 +11,9 @@ import time
 import pytest
 from procs import Watched
 
+from sleuth.core.errors import ConfigError
 from sleuth.training.cluster.placement import ClusterConfig
-from sleuth.training.config import ConfigError, load_config
+from sleuth.training.config import load_config
 from sleuth.training.zero import DIST_VARS
 
 ray = pytest.importorskip("ray")
@@ -27,7 +28,7 @@ def test_cluster_config_is_checked():
     with pytest.raises(ValueError, match="cluster.max_restarts must be ≥ 0"):
         ClusterConfig(backend="ray", max_restarts=-1)
     with pytest.raises(ConfigError, match="places its own vLLM engines"):
-        load_config(overrides={"cluster.backend": "ray", "rollout.engine": "vllm", "rollout.vllm_url": "http://x:1"})
+        load_config(overrides={"cluster.backend": "ray", "rollout.inference": "vllm", "rollout.vllm_url": "http://x:1"})
     with pytest.raises(ConfigError, match="sync_transport: collective syncs Ray rollout workers"):
         load_config(overrides={"update.sync_transport": "collective"})
 
@@ -36,9 +37,9 @@ def _args(tiny_model_dir, out, steps):
     return ["train", "--config", "configs/docread_quick.yaml", "--out", str(out), "--max-steps", str(steps),
             "--set", f"model={tiny_model_dir}", "--set", "task_limit=24", "--set", "rollout.max_tokens=12",
             "--set", "rollout.group_size=2", "--set", "checkpoint.export_hf=false", "--set", "tensorboard=false",
-            "--set", "loss.entropy_coef=0.01", "--set", "engine.lr=1e-3", "--set", "rollout.temperature=0.7",
+            "--set", "loss.entropy_coef=0.01", "--set", "deepspeed.lr=1e-3", "--set", "rollout.temperature=0.7",
             "--set", "cluster.backend=ray", "--set", "cluster.rollout_workers=2", "--set", "cluster.worker_cpus=0.5",
-            "--set", "cluster.env_workers=1", "--set", "cluster.env_worker_cpus=0.5", "--set", "rollout.env_workers=2"]
+            "--set", "cluster.env_actors=1", "--set", "cluster.env_actor_cpus=0.5", "--set", "rollout.env_threads=2"]
 
 
 def test_train_on_ray_survives_killed_workers(tiny_model_dir, tmp_path):
@@ -160,7 +161,7 @@ def test_a_hung_worker_fails_the_sync_naming_it(tiny_model_dir, transport):
 
     from sleuth.agents.chat import ChatRenderer
     from sleuth.training.cluster.rollout_engine import RayRollout
-    from sleuth.training.rollout.engine import WeightSyncError
+    from sleuth.training.rollout.in_process import WeightSyncError
     from sleuth.training.run import PROBE
 
     cfg = load_config(overrides={"cluster.backend": "ray", "cluster.rollout_workers": 2,
@@ -215,7 +216,7 @@ def test_train_ranks_as_ray_actors_and_a_dead_rank(tiny_model_dir, tmp_path):
     cmd = [sys.executable, "-m", "sleuth.cli", "train", "--config", "configs/docread_quick.yaml", "--out", str(out),
            "--max-steps", "3", "--set", f"model={tiny_model_dir}", "--set", "task_limit=24",
            "--set", "rollout.max_tokens=12", "--set", "rollout.group_size=2", "--set", "checkpoint.export_hf=false",
-           "--set", "tensorboard=false", "--set", "loss.entropy_coef=0.01", "--set", "engine.lr=1e-3",
+           "--set", "tensorboard=false", "--set", "loss.entropy_coef=0.01", "--set", "deepspeed.lr=1e-3",
            "--set", "cluster.backend=ray", "--set", "cluster.train_ranks=2", "--set", "cluster.train_cpus=0.5",
            "--set", "cluster.worker_cpus=0.5"]
     run = Watched(cmd, tmp_path / "log", cwd=root, env=env)

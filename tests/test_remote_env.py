@@ -58,7 +58,7 @@ def test_agent_loop_spreads_episodes_over_two_servers(hotpot_tasks):
     with in_thread(create_app("sleuth/DocRead-v0")) as a, in_thread(create_app("sleuth/DocRead-v0")) as b:
         for workers in (0, 4):  # steps in turn, and in threads
             trajs = list(run_episodes(lambda: RemoteEnv(f"{a},{b}"), hotpot_tasks[:8], load_policy("oracle"),
-                                      concurrency=4, env_workers=workers))
+                                      concurrency=4, env_threads=workers))
             assert len(trajs) == 8 and all(t.reward == 1.0 for t in trajs)
         served = [httpx.get(f"{u}/health").json() for u in (a, b)]
         assert all(h["status"] == "ok" for h in served)

@@ -44,7 +44,7 @@ def test_one_trajectory_per_task_under_random_latency_and_failures(hotpot_tasks,
     rng = random.Random(seed)
     tasks = [hotpot_tasks[i % len(hotpot_tasks)] for i in range(n)]
     trajs = list(run_episodes(lambda: Flaky(rng, p_fail, 0.004), tasks, load_policy("oracle"),
-                              concurrency=concurrency, env_workers=workers, lockstep=lockstep))
+                              concurrency=concurrency, env_threads=workers, lockstep=lockstep))
     assert sorted(t.task_id for t in trajs) == sorted(t.id for t in tasks)  # none lost, none twice
     for t in trajs:
         if t.stop_reason == "reset_error":
@@ -59,7 +59,7 @@ def test_one_trajectory_per_task_under_random_latency_and_failures(hotpot_tasks,
 def test_continuous_and_lockstep_record_the_same_token_exact_trajectories(hotpot_tasks):
     make = lambda: sleuth.make("DocRead-v0", harness="text")  # noqa: E731
     runs = [{t.task_id: t for t in run_episodes(make, hotpot_tasks[:5], load_policy("oracle"), concurrency=3,
-                                                  env_workers=w, lockstep=ls)} for w, ls in ((0, True), (2, False))]
+                                                  env_threads=w, lockstep=ls)} for w, ls in ((0, True), (2, False))]
     assert runs[0].keys() == runs[1].keys()
     for k, t in runs[0].items():
         assert t.token_ids() == runs[1][k].token_ids() and t.loss_mask() == runs[1][k].loss_mask()
@@ -99,7 +99,7 @@ def test_an_episode_does_not_wait_for_another_episodes_env_step(hotpot_tasks, lo
     slow, fast = hotpot_tasks[0], hotpot_tasks[1]
     policy = Recorder()
     trajs = {t.task_id: t for t in run_episodes(lambda: SlowFor(slow.id, 0.4), [slow, fast], policy,
-                                                 concurrency=2, env_workers=2, lockstep=lockstep)}
+                                                 concurrency=2, env_threads=2, lockstep=lockstep)}
     assert trajs[slow.id].reward == trajs[fast.id].reward == 1.0
     turns = len(trajs[fast.id].turns)
     assert turns >= 3  # the oracle reads two gold documents, then answers

@@ -14,8 +14,8 @@ import torch
 import sleuth
 from sleuth.agents.loop.episodes import run_episodes
 from sleuth.agents.policies.load import load_policy
+from sleuth.core.errors import ConfigError
 from sleuth.tasks import LeakageError, check_texts, held_out_specs, load_tasks
-from sleuth.training.config import ConfigError
 from sleuth.training.rl.losses import token_logprobs
 from sleuth.training.sft.data import accepted, replay_chats, score
 from sleuth.training.sft.trainer import SFTTrainer, load_sft_config, nll_numerator
@@ -23,7 +23,7 @@ from sleuth.training.sft.trainer import SFTTrainer, load_sft_config, nll_numerat
 
 def _cfg(model, out, **over):
     base = {"model": model, "out": str(out), "tensorboard": False, "data.task_limit": 4, "batch_size": 2,
-            "engine.lr": 1e-3, "checkpoint.export_hf": False}
+            "deepspeed.lr": 1e-3, "checkpoint.export_hf": False}
     base.update(over)
     return load_sft_config(overrides=base)
 

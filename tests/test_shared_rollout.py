@@ -1,4 +1,4 @@
-"""One copy of the weights in one process (`training/rollout/engine.py::SharedRollout`): the transformers engine runs
+"""One copy of the weights in one process (`training/rollout/in_process.py::SharedRollout`): the engine runs
 the trainer's own module, and every number a run produces — sampled tokens and their logprobs, losses,
 gradients, updated weights — is the one the engine with its own synced copy produces."""
 
@@ -13,7 +13,7 @@ from sleuth.agents.policies.base import Request, SamplingParams
 from sleuth.agents.trajectory import Trajectory, Turn
 from sleuth.training.rl.losses import LossConfig
 from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
-from sleuth.training.rollout.engine import SharedRollout, TransformersRollout, WeightSyncError
+from sleuth.training.rollout.in_process import SharedRollout, TransformersRollout, WeightSyncError
 
 PROMPTS = [[1, 17, 230, 41, 9], [1, 88, 12, 301, 5, 77, 3]]
 
@@ -85,16 +85,16 @@ def test_the_trainer_shares_its_module_only_where_the_module_holds_whole_weights
     from sleuth.training.cluster.placement import ClusterConfig
     from sleuth.training.config import RolloutConfig
     from sleuth.training.rollout.factory import make_rollout
-    from sleuth.training.zero import EngineConfig, LoraConfig
+    from sleuth.training.zero import DeepSpeedConfig, LoraConfig
 
     module = seeded_engine(tiny_model_dir, zero_stage=0).module
 
-    def built(rollout: RolloutConfig, engine: EngineConfig) -> type:
+    def built(rollout: RolloutConfig, engine: DeepSpeedConfig) -> type:
         return type(make_rollout(rollout, ClusterConfig(), UpdateConfig(), engine, module, tiny_model_dir,
                                  torch.float32, [1, 2, 3]))
 
-    assert built(RolloutConfig(), EngineConfig(zero_stage=0)) is SharedRollout
-    assert built(RolloutConfig(), EngineConfig(zero_stage=2)) is SharedRollout
-    assert built(RolloutConfig(), EngineConfig(zero_stage=3)) is TransformersRollout  # a shard per rank
-    assert built(RolloutConfig(), EngineConfig(lora=LoraConfig(r=4))) is TransformersRollout  # merged for rollouts
-    assert built(RolloutConfig(max_staleness=1), EngineConfig()) is TransformersRollout  # rollouts during updates
+    assert built(RolloutConfig(), DeepSpeedConfig(zero_stage=0)) is SharedRollout
+    assert built(RolloutConfig(), DeepSpeedConfig(zero_stage=2)) is SharedRollout
+    assert built(RolloutConfig(), DeepSpeedConfig(zero_stage=3)) is TransformersRollout  # a shard per rank
+    assert built(RolloutConfig(), DeepSpeedConfig(lora=LoraConfig(r=4))) is TransformersRollout  # merged for rollouts
+    assert built(RolloutConfig(max_staleness=1), DeepSpeedConfig()) is TransformersRollout  # rollouts during updates

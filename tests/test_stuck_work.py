@@ -45,7 +45,7 @@ def test_an_episode_stuck_in_its_env_fails_as_a_timeout_its_env_closed_and_the_o
     stuck = tasks[1].id
     t0 = time.perf_counter()
     trajs = {t.task_id: t for t in run_episodes(lambda: HangingDocRead(hang, [stuck], harness="text"), tasks,
-                                                load_policy("oracle"), concurrency=3, env_workers=workers,
+                                                load_policy("oracle"), concurrency=3, env_threads=workers,
                                                 episode_timeout_s=3.0)}
     assert time.perf_counter() - t0 < 12
     t = trajs[stuck]

@@ -221,7 +221,7 @@ def test_gold_agent_solves_and_noop_solves_none(tmp_path, shipped):
     write_tasks(sample, path)
     out = tmp_path / "eval"
     cmd = [sys.executable, "-m", "sleuth.cli", "eval", "--env", "sleuth/SWE-v0", "--tasks", str(path),
-           "--policy", "oracle,noop", "--out", str(out), "--env-workers", "2"]
+           "--policy", "oracle,noop", "--out", str(out), "--env-threads", "2"]
     subprocess.run(cmd, check=True, capture_output=True, timeout=600)
     oracle = json.loads((out / "oracle-json" / "summary.json").read_text())
     noop = json.loads((out / "noop-json" / "summary.json").read_text())
@@ -289,7 +289,7 @@ def test_the_stock_trainer_trains_on_swe(tiny_model_dir, tmp_path):
         "model": tiny_model_dir, "out": str(tmp_path / "run"), "env": "SWE-v0", "tasks": "swe:toolz-1.2.0",
         "env_args": {"budget": 1}, "task_limit": 4, "max_steps": 1, "rollout.max_tokens": 8,
         "rollout.tasks_per_step": 2, "rollout.group_size": 2, "rollout.temperature": 0.7,
-        "checkpoint.export_hf": False, "engine.lr": 1e-3, "loss.entropy_coef": 0.01})
+        "checkpoint.export_hf": False, "deepspeed.lr": 1e-3, "loss.entropy_coef": 0.01})
     rows = Trainer(cfg, progress=False).train()
     assert [r["policy_version"] for r in rows] == [1] and rows[0]["grad_norm"] > 0
     trajs = [json.loads(x)

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from sleuth.agents.trajectory import Trajectory, Turn
+from sleuth.core.errors import ConfigError
 from sleuth.core.net import free_port, retry_counts, wait_healthy
-from sleuth.training.config import ConfigError
 from sleuth.training.distill.signal import DistillConfig
 from sleuth.training.rollout.vllm_servers import default_vllm_python, server_env, vllm_command
 

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from sleuth.cli.main import main
-from sleuth.training.config import ConfigError, load_config
+from sleuth.core.errors import ConfigError
+from sleuth.training.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SFT_CONFIGS = sorted((ROOT / "configs").glob("*_sft.yaml")) + sorted((ROOT / "configs").glob("*_rft.yaml"))
@@ -40,8 +41,8 @@ def test_a_shipped_config_says_what_it_is_in_ten_lines_and_is_listed(path):
 
 
 def test_overrides_and_types():
-    cfg = load_config(overrides={"rollout.group_size": 8, "engine.lr": "1e-5", "engine.lora": {"r": 4}})
-    assert cfg.rollout.group_size == 8 and cfg.engine.lr == 1e-5 and cfg.engine.lora.r == 4
+    cfg = load_config(overrides={"rollout.group_size": 8, "deepspeed.lr": "1e-5", "deepspeed.lora": {"r": 4}})
+    assert cfg.rollout.group_size == 8 and cfg.deepspeed.lr == 1e-5 and cfg.deepspeed.lora.r == 4
     cfg = load_config(overrides={"loss.rollout_is": "tis", "loss.rollout_is_cap": "inf", "update.epochs": 2})
     assert cfg.loss.rollout_is_cap == float("inf") and cfg.update.epochs == 2
 
@@ -50,17 +51,17 @@ def test_overrides_and_types():
     ({"rollout.grup_size": 3}, "did you mean 'group_size'"),
     ({"loss.eps_low": "x"}, "loss.eps_low: expected float"),
     ({"rollout.group_size": 2.5}, "rollout.group_size: expected int"),
-    ({"engine.zero_stage": 5}, "zero_stage must be 0, 1, 2 or 3"),
+    ({"deepspeed.zero_stage": 5}, "zero_stage must be 0, 1, 2 or 3"),
     ({"loss.aggregation": "mean"}, "aggregation must be one of"),
     ({"rollout": 3}, "rollout: expected a mapping"),
-    ({"engine.lora.target_modules": "q_proj"}, "expected a list"),
+    ({"deepspeed.lora.target_modules": "q_proj"}, "expected a list"),
     ({"update.epochs": 0}, "update.epochs and update.mini_batches must be ≥ 1"),
     ({"update.mini_batches": -1}, "update.epochs and update.mini_batches must be ≥ 1"),
     ({"update.old_logprobs": "engine"}, "old_logprobs must be one of recompute, rollout"),
     ({"loss.rollout_is": "tis", "update.old_logprobs": "rollout"}, "rollout_is corrects π_old"),
     ({"loss.rollout_is_cap": 0.9}, "rollout_is_cap must be ≥ 1"),
     ({"loss.kl_coef": -0.1}, "kl_coef and loss.entropy_coef must be ≥ 0"),
-    ({"env": "textarena:KuhnPoker-v0", "env_args": {"opponent": "self"}}, "opponent: self .* rollout.engine: vllm"),
+    ({"env": "textarena:KuhnPoker-v0", "env_args": {"opponent": "self"}}, "opponent: self .* rollout.inference: vllm"),
 ])
 def test_bad_values_are_named(overrides, message):
     with pytest.raises(ConfigError, match=message):
@@ -114,3 +115,36 @@ def test_train_refuses_bad_values_and_names_before_loading(tmp_path, capsys, ove
     assert main(["train", "--out", str(tmp_path / "run"), "--set", override]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("old", ["engine", "rollout.engine", "rollout.env_workers", "cluster.env_workers",
+                                 "cluster.env_worker_cpus", "rollout.branches", "rollout.demo_branches",
+                                 "rollout.demonstrator", "rollout.demo_tasks"])
+def test_a_renamed_key_is_refused_in_one_line_that_names_its_new_name(old, tmp_path, capsys):
+    from sleuth.training.config import RENAMED
+
+    with pytest.raises(ConfigError, match=rf"^config key '{re.escape(old)}' was renamed to '{RENAMED[old]}'$"):
+        load_config(overrides={old: {"lr": 1e-5} if old == "engine" else 1})
+    path = tmp_path / "old.yaml"  # a config file written before the rename, through the command
+    head, _, leaf = old.rpartition(".")
+    path.write_text(f"{head}:\n  {leaf}: 1\n" if head else "engine:\n  lr: 1.0e-5\n")
+    assert main(["train", "--config", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: config key '{old}' was renamed to '{RENAMED[old]}'"]
+
+
+def test_the_settings_a_person_holds_are_counted():
+    """109 settings before the floor plan (2026-12-07) and after; the rollout section lost the research settings
+    (answer branches, demonstration starts: 25 → 21 rollout settings) to a `branches:` section of their own."""
+    import dataclasses
+
+    from sleuth.training.config import TrainConfig
+
+    def leaves(cls):
+        return [f"{f.name}.{sub}" for f in dataclasses.fields(cls) if dataclasses.is_dataclass(f.default_factory)
+                for sub in leaves(f.default_factory)] + \
+            [f.name for f in dataclasses.fields(cls) if not dataclasses.is_dataclass(f.default_factory)]
+
+    settings = leaves(TrainConfig)
+    per_section = {s: sum(k.startswith(s + ".") for k in settings) for s in ("rollout", "branches", "deepspeed")}
+    assert len(settings) == 109 and per_section == {"rollout": 21, "branches": 4, "deepspeed": 10}

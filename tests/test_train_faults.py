@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from sleuth.agents.trajectory import Trajectory, Turn
-from sleuth.training.config import ConfigError, load_config
+from sleuth.core.errors import ConfigError
+from sleuth.training.config import load_config
 from sleuth.training.metrics import read_metrics
 from sleuth.training.zero import DIST_VARS
 
@@ -27,7 +28,7 @@ def tiny_args(tiny_model_dir, *more):
     """`sleuth train` on the tiny model at the smallest settings the trainer tests use."""
     return ["--set", f"model={tiny_model_dir}", "--set", "env_args={harness: text}", "--set", "task_limit=24",
             "--set", "rollout.max_tokens=12", "--set", "rollout.group_size=2", "--set", "checkpoint.export_hf=false",
-            "--set", "tensorboard=false", "--set", "engine.dtype=fp32", *more]
+            "--set", "tensorboard=false", "--set", "deepspeed.dtype=fp32", *more]
 
 
 def sleuth(*args, timeout=300):
@@ -110,7 +111,7 @@ def test_the_quick_recipe_without_reward_warns_once_and_counts_the_steps(tiny_mo
     out = tmp_path / "quick"
     proc = sleuth("train", "--config", "docread_quick", "--out", out, "--max-steps", 2,
                   "--set", f"model={tiny_model_dir}", "--set", "task_limit=8", "--set", "rollout.max_tokens=12",
-                  "--set", "checkpoint.export_hf=false", "--set", "tensorboard=false", "--set", "engine.dtype=fp32")
+                  "--set", "checkpoint.export_hf=false", "--set", "tensorboard=false", "--set", "deepspeed.dtype=fp32")
     assert proc.returncode == 0, proc.stderr[-3000:]
     warned = [line for line in proc.stderr.splitlines() if "no learning signal" in line]
     assert len(warned) == 2, proc.stderr[-3000:]
@@ -126,7 +127,7 @@ def _cfg(tiny_model_dir, out, tasks, **over):
     base = {"model": tiny_model_dir, "out": str(out), "env_args": {"harness": "text"}, "tasks": tasks,
             "rollout.max_tokens": 12, "rollout.tasks_per_step": 2, "rollout.group_size": 2,
             "rollout.temperature": 0.7, "checkpoint.export_hf": False, "tensorboard": False,
-            "engine.lr": 1e-3, "loss.entropy_coef": 0.01}
+            "deepspeed.lr": 1e-3, "loss.entropy_coef": 0.01}
     return load_config(overrides=base | over)
 
 

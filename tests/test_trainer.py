@@ -24,7 +24,7 @@ def _cfg(tiny_model_dir, out, **over):
     base = {"model": tiny_model_dir, "out": str(out), "env_args": {"harness": "text"}, "task_limit": 24,
             "rollout.max_tokens": 12, "rollout.tasks_per_step": 2, "rollout.group_size": 2,
             "rollout.temperature": 0.7,  # engines report logprobs of logits / T and the trainer matches them
-            "checkpoint.export_hf": False, "tensorboard": True, "engine.lr": 1e-3,
+            "checkpoint.export_hf": False, "tensorboard": True, "deepspeed.lr": 1e-3,
             "loss.entropy_coef": 0.01}  # an untrained tiny model earns no reward: the entropy term moves weights
     base.update(over)
     return load_config(overrides=base)
@@ -39,7 +39,7 @@ def test_oracle_seeded_group_raises_the_correct_trajectory(tiny_model_dir, hotpo
     from sleuth import rewards
     from sleuth.training.rl.losses import LossConfig
     from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
-    from sleuth.training.zero import EngineConfig, build_engine, init_distributed
+    from sleuth.training.zero import DeepSpeedConfig, build_engine, init_distributed
 
     init_distributed()
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -52,7 +52,7 @@ def test_oracle_seeded_group_raises_the_correct_trajectory(tiny_model_dir, hotpo
     adv = rewards.make("grpo")(group, {}).values
     assert adv[0][0] == pytest.approx(1.5, abs=1e-4)  # (1 − 0.25) / sample std 0.5
 
-    engine = build_engine(AutoModelForCausalLM.from_pretrained(tiny_model_dir), EngineConfig(zero_stage=2, lr=1e-3))
+    engine = build_engine(AutoModelForCausalLM.from_pretrained(tiny_model_dir), DeepSpeedConfig(zero_stage=2, lr=1e-3))
     updater = PolicyUpdater(engine, UpdateConfig(), LossConfig(), tok.pad_token_id or 0)
     ones = [np.ones(t.num_policy_tokens) for t in group]
 
@@ -87,7 +87,7 @@ def test_train_steps_sync_and_log(tiny_model_dir, tmp_path):
         # the process's CPU seconds cover at least the update's own (single-threaded it would equal its wall)
         assert r["time/step_cpu"] > 0.5 * r["time/update"]
     # the engine runs the trained weights: its probe logits equal the trainer's
-    from sleuth.training.rollout.engine import probe_logits
+    from sleuth.training.rollout.in_process import probe_logits
 
     assert torch.allclose(probe_logits(trainer.engine.module, trainer.probe_ids),
                           probe_logits(trainer.rollout.policy.model, trainer.probe_ids), atol=1e-4)
@@ -225,8 +225,8 @@ def test_vllm_engine_sync_and_mismatch(tiny_model_dir, tmp_path):
     from sleuth.agents.policies.routing import RoutedPolicy
     from sleuth.training.rl.trainer import Trainer
 
-    cfg = _cfg(tiny_model_dir, tmp_path / "vllm", max_steps=2, **{"rollout.engine": "vllm", "rollout.vllm_servers": 2,
-                                                                   "rollout.vllm_args": ["--enforce-eager"]})
+    cfg = _cfg(tiny_model_dir, tmp_path / "vllm", max_steps=2,
+               **{"rollout.inference": "vllm", "rollout.vllm_servers": 2, "rollout.vllm_args": ["--enforce-eager"]})
     trainer = Trainer(cfg, progress=False)
     try:
         assert isinstance(trainer.rollout.policy, RoutedPolicy) and len(trainer.rollout.urls) == 2

@@ -14,7 +14,7 @@ from train_helpers import fixed_batch, grouped_batch, seeded_engine, surrogate
 
 from sleuth.training.rl.losses import LossConfig
 from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
-from sleuth.training.zero import DIST_VARS, EngineConfig, cpu_bf16_is_fast
+from sleuth.training.zero import DIST_VARS, DeepSpeedConfig, cpu_bf16_is_fast
 
 HERE = Path(__file__).resolve().parent
 
@@ -306,7 +306,7 @@ def test_a_lone_process_compiles_no_communication_op(tmp_path):
 
 @pytest.mark.parametrize("stage", [0, 2])
 def test_bf16_engine_updates_fp32_masters_started_from_the_exact_weights(tiny_model_dir, stage, tmp_path):
-    """engine.dtype bf16 (what `auto` picks on a CPU with AMX-BF16): the module computes in bf16, AdamW updates
+    """deepspeed.dtype bf16 (what `auto` picks on a CPU with AMX-BF16): the module computes in bf16, AdamW updates
     fp32 masters that start from the checkpoint's exact fp32 weights (not their bf16 rounding). With a
     constant gradient AdamW moves every weight by lr a step (m̂/√v̂ = 1): after k steps the masters hold
     w0 − k·lr·sign g and the module bf16 of that, by hand, and the HF export holds the masters. lr 1e-5 is
@@ -385,13 +385,13 @@ def test_the_cpu_read_is_this_machines_and_a_run_settles_auto_once(monkeypatch):
     if torch.cuda.is_available():
         return  # the GPU decides there (above)
     monkeypatch.setattr(eng, "cpu_bf16_is_fast", lambda: True)  # as on an AMX CPU
-    assert eng.for_engines(EngineConfig(), vllm=False).dtype == "bf16"
-    assert eng.for_engines(EngineConfig(), vllm=True).dtype == "fp32"
-    assert eng.for_engines(EngineConfig(dtype="bf16"), vllm=True).dtype == "bf16"  # an explicit dtype is kept
-    assert eng.resolved_dtype(EngineConfig(dtype="fp32")) == torch.float32
+    assert eng.for_engines(DeepSpeedConfig(), vllm=False).dtype == "bf16"
+    assert eng.for_engines(DeepSpeedConfig(), vllm=True).dtype == "fp32"
+    assert eng.for_engines(DeepSpeedConfig(dtype="bf16"), vllm=True).dtype == "bf16"  # an explicit dtype is kept
+    assert eng.resolved_dtype(DeepSpeedConfig(dtype="fp32")) == torch.float32
     monkeypatch.setattr(eng, "cpu_bf16_is_fast", lambda: False)
-    assert eng.for_engines(EngineConfig(), vllm=False).dtype == "fp32"
-    assert eng.resolved_dtype(EngineConfig(dtype="bf16")) == torch.bfloat16
+    assert eng.for_engines(DeepSpeedConfig(), vllm=False).dtype == "fp32"
+    assert eng.resolved_dtype(DeepSpeedConfig(dtype="bf16")) == torch.bfloat16
 
 
 @pytest.mark.parametrize("stage", [0, 2])

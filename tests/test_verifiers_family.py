@@ -168,7 +168,8 @@ def test_smollm2_evaluates_and_grpo_trains_two_steps_on_a_verifiers_env(tiny_mod
     import json
 
     from sleuth.cli.main import main
-    from sleuth.training.config import ConfigError, load_config
+    from sleuth.core.errors import ConfigError
+    from sleuth.training.config import load_config
     from sleuth.training.rl.trainer import Trainer
 
     out = tmp_path / "eval"
@@ -179,7 +180,7 @@ def test_smollm2_evaluates_and_grpo_trains_two_steps_on_a_verifiers_env(tiny_mod
     cfg = load_config(overrides={"model": tiny_model_dir, "env": ENV, "tasks": "seeds:2-3", "eval.tasks": "seeds:0-1",
                                  "max_steps": 2, "out": str(tmp_path / "train"), "rollout.group_size": 2,
                                  "rollout.tasks_per_step": 1, "rollout.max_tokens": 8, "rollout.temperature": 1.0,
-                                 "engine.zero_stage": 0, "checkpoint.every": 100})
+                                 "deepspeed.zero_stage": 0, "checkpoint.every": 100})
     rows = Trainer(cfg, progress=False).train()
     assert len(rows) == 2 and all(r["episodes/sampled"] == 2 and r["episodes/failed"] == 0 for r in rows)
     leak = load_config(overrides={"model": tiny_model_dir, "env": ENV, "tasks": "seeds:1-2", "eval.tasks": "seeds:0-1",

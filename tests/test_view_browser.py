@@ -37,7 +37,7 @@ def runs(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
     cfg = load_config(overrides={"model": tiny_model_dir, "out": str(root / "grpo"), "env_args": {"harness": "text"},
                                  "task_limit": 8, "rollout.max_tokens": 8, "rollout.tasks_per_step": 2,
                                  "rollout.group_size": 2, "rollout.temperature": 0.7, "checkpoint.export_hf": False,
-                                 "tensorboard": False, "engine.lr": 1e-3, "max_steps": 2})
+                                 "tensorboard": False, "deepspeed.lr": 1e-3, "max_steps": 2})
     Trainer(cfg, progress=False).train()
     evil = root / "evil"
     shutil.copytree(root / "oracle", evil)

@@ -53,12 +53,12 @@ def grouped_batch(groups: int = 2, members: int = 3, prompt_len: int = 24, seed:
 
 
 def seeded_engine(model_dir, **kw):
-    """The tiny model, fp32 and seeded, in a DeepSpeed engine built from `EngineConfig(**kw)`."""
+    """The tiny model, fp32 and seeded, in a DeepSpeed engine built from `DeepSpeedConfig(**kw)`."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from sleuth.training.zero import EngineConfig, build_engine, init_distributed
+    from sleuth.training.zero import DeepSpeedConfig, build_engine, init_distributed
 
     init_distributed()
     torch.manual_seed(0)
-    return build_engine(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), EngineConfig(**kw))
+    return build_engine(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), DeepSpeedConfig(**kw))

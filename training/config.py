@@ -16,19 +16,13 @@ from typing import Any
 import yaml
 
 from sleuth.agents.loop.episodes import EPISODE_TIMEOUT_S
-from sleuth.core.errors import BadInput
+from sleuth.core.errors import ConfigError
 from sleuth.training.cluster.placement import ClusterConfig
 from sleuth.training.distill.signal import DistillConfig
 from sleuth.training.metrics import WandbConfig
 from sleuth.training.rl.losses import LossConfig
 from sleuth.training.rl.update import UpdateConfig
-from sleuth.training.zero import EngineConfig
-
-
-class ConfigError(BadInput):
-    pass
-
-
+from sleuth.training.zero import DeepSpeedConfig
 
 
 class TrainingWarning(UserWarning):
@@ -39,7 +33,7 @@ class TrainingWarning(UserWarning):
 class RolloutConfig:
     """`rollout:`: the engine that samples, how many episodes a step, and how groups are kept."""
 
-    engine: str = "transformers"  # transformers (in process) | vllm (an OpenAI-compatible vLLM server)
+    inference: str = "transformers"  # transformers (in process) | vllm (OpenAI-compatible vLLM servers)
     tasks_per_step: int = 2  # distinct tasks per step, across all ranks
     group_size: int = 4  # episodes per task (the GRPO group)
     max_tokens: int = 48  # per turn
@@ -48,7 +42,7 @@ class RolloutConfig:
     concurrency: int = 16
     # Threads that step envs while the engine generates (the continuous loop): for envs whose steps wait
     # (sandboxes, SWE tests, env or retrieval servers); 0 steps in-process envs inline, which is faster.
-    env_workers: int = 0
+    env_threads: int = 0
     # The transformers engine keeps each episode's KV states (prompt and generation) up to this many MB, so
     # a next turn prefills only the env's reply; dropped at every weight sync. 0 prefills every turn in full.
     kv_keep_mb: int = 1024
@@ -69,24 +63,6 @@ class RolloutConfig:
     outage_retries: int = 3
     outage_backoff_s: float = 30.0
     zero_variance: str = "keep"  # keep | drop | dynamic (DAPO: sample more groups until the batch is full)
-    # Answer branches (tree rollouts): every episode that ended on its own after two or more turns is continued
-    # this many more times from the context before its last turn (the env replayed to that point), and the
-    # continuations form a group of their own, which trains only their new turns: the final answer gets a
-    # group-relative signal conditioned on exactly what was read, even where the episodes' group tied. They
-    # share the episode's prefix KV states and its packed prefix in the update, so each costs about one turn.
-    # 0: off. Needs an env whose replies are fixed by its task and the actions (replay is checked).
-    branches: int = 0
-    # Demonstration starts (a reverse curriculum: start states taken from demonstrations, nearest the goal first):
-    # each task of a round is also played by the scripted `demonstrator` (on DocRead `oracle-title` reads the
-    # supporting documents by title), and the policy samples this many continuations from before the
-    # demonstration's last turn, a group of their own that trains only their new turns: the final answer gets a
-    # group-relative signal from the context the reading should have reached. The demonstration itself never
-    # trains. They count apart (`demos/*`), as branches do. 0: off. Needs an env that replays, as branches do.
-    demo_branches: int = 0
-    demonstrator: str = "oracle"  # a scripted policy (sleuth.agents.policies.load.SCRIPTED_POLICIES)
-    # Tasks a round gives demonstration starts, drawn beside the round's own (an answer group costs about one
-    # turn, so many more of them than of episodes fit a step); 0: the round's own tasks.
-    demo_tasks: int = 0
     dynamic_max_rounds: int = 3
     vllm_url: str | None = None  # the server's base URL (or several, comma-separated); None starts servers
     vllm_servers: int = 1  # servers started per rank (data-parallel; a task sticks to one, for prefix-cache hits)
@@ -94,31 +70,71 @@ class RolloutConfig:
     vllm_args: list[str] = field(default_factory=list)  # extra server flags, e.g. [--enforce-eager]
 
     def __post_init__(self) -> None:
-        if self.engine not in ("transformers", "vllm"):
-            raise ValueError(f"rollout.engine must be transformers or vllm; got {self.engine!r}")
+        if self.inference not in ("transformers", "vllm"):
+            raise ValueError(f"rollout.inference must be transformers or vllm; got {self.inference!r}")
         if self.zero_variance not in ("keep", "drop", "dynamic"):
             raise ValueError(f"rollout.zero_variance must be keep, drop or dynamic; got {self.zero_variance!r}")
         if self.group_size < 1 or self.tasks_per_step < 1:
             raise ValueError("rollout.group_size and rollout.tasks_per_step must be ≥ 1")
         for key, value, low in (("max_tokens", self.max_tokens, 1), ("concurrency", self.concurrency, 1),
-                                ("env_workers", self.env_workers, 0), ("kv_keep_mb", self.kv_keep_mb, 0),
+                                ("env_threads", self.env_threads, 0), ("kv_keep_mb", self.kv_keep_mb, 0),
                                 ("vllm_servers", self.vllm_servers, 1), ("max_staleness", self.max_staleness, 0),
                                 ("sync_timeout_s", self.sync_timeout_s, 0),
                                 ("max_consecutive_failures", self.max_consecutive_failures, 0),
                                 ("outage_retries", self.outage_retries, 0),
                                 ("outage_backoff_s", self.outage_backoff_s, 0),
-                                ("dynamic_max_rounds", self.dynamic_max_rounds, 1), ("branches", self.branches, 0),
-                                ("demo_branches", self.demo_branches, 0), ("demo_tasks", self.demo_tasks, 0),
+                                ("dynamic_max_rounds", self.dynamic_max_rounds, 1),
                                 ("temperature", self.temperature, 0)):
             if not value >= low:  # also refuses NaN
                 raise ValueError(f"rollout.{key} must be ≥ {low}, got {value}")
-        if self.demo_tasks and not self.demo_branches:
-            raise ValueError("rollout.demo_tasks draws tasks for demonstration starts, and rollout.demo_branches is 0: "
-                             "set demo_branches (the answers sampled from each start) or leave demo_tasks at 0")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
         if self.episode_timeout_s is not None and not self.episode_timeout_s > 0:
             raise ValueError(f"rollout.episode_timeout_s must be > 0 (or null: no limit), got {self.episode_timeout_s}")
+
+
+@dataclass
+class BranchesConfig:
+    """`branches:`, extra groups a step samples from inside episodes (research machinery; off by default).
+
+    `answer`: answer branches (tree rollouts): every episode that ended on its own after two or more turns is
+    continued this many more times from the context before its last turn (the env replayed to that point), and the
+    continuations form a group of their own, which trains only their new turns: the final answer gets a
+    group-relative signal conditioned on exactly what was read, even where the episodes' group tied. They share the
+    episode's prefix KV states and its packed prefix in the update, so each costs about one turn.
+
+    `demo`: demonstration starts (a reverse curriculum: start states taken from demonstrations, nearest the goal
+    first): each task of a round is also played by the scripted `demonstrator` (on DocRead `oracle-title` reads the
+    supporting documents by title), and the policy samples this many continuations from before the demonstration's
+    last turn, a group of their own that trains only their new turns. The demonstration itself never trains.
+
+    Both count apart (`branches/*`, `demos/*`) and need an env whose replies are fixed by its task and the actions
+    (replay is checked)."""
+
+    answer: int = 0
+    demo: int = 0
+    demonstrator: str = "oracle"  # a scripted policy (sleuth.agents.policies.load.SCRIPTED_POLICIES)
+    # Tasks a round gives demonstration starts, drawn beside the round's own (an answer group costs about one
+    # turn, so many more of them than of episodes fit a step); 0: the round's own tasks.
+    demo_tasks: int = 0
+
+    def __post_init__(self) -> None:
+        for key, value in (("answer", self.answer), ("demo", self.demo), ("demo_tasks", self.demo_tasks)):
+            if not value >= 0:
+                raise ValueError(f"branches.{key} must be ≥ 0, got {value}")
+        if self.demo_tasks and not self.demo:
+            raise ValueError("branches.demo_tasks draws tasks for demonstration starts, and branches.demo is 0: "
+                             "set branches.demo (the answers sampled from each start) or leave demo_tasks at 0")
+
+    def check(self, cfg: TrainConfig) -> None:
+        """What the rest of the config must allow: an env to replay, and each step's groups sampled at once."""
+        for key, n in (("answer", self.answer), ("demo", self.demo)):
+            if n and cfg.agent.enabled:
+                raise ValueError(f"branches.{key} replays an env to a turn of a recorded episode; an agent run has no "
+                                 f"env to replay: set branches.{key}: 0")
+            if n and cfg.rollout.max_staleness > 0:
+                raise ValueError(f"branches.{key} samples more groups from each round's tasks before the update; "
+                                 "under rollout.max_staleness > 0 a step's groups come from a stream: set one to 0")
 
 
 @dataclass
@@ -198,7 +214,7 @@ class TrainConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     loss: LossConfig = field(default_factory=LossConfig)
-    engine: EngineConfig = field(default_factory=EngineConfig)
+    deepspeed: DeepSpeedConfig = field(default_factory=DeepSpeedConfig)
     update: UpdateConfig = field(default_factory=UpdateConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -206,6 +222,7 @@ class TrainConfig:
     wandb: WandbConfig = field(default_factory=WandbConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)  # agent.entrypoint or agent.command: an agent, not `env`
     cluster: ClusterConfig = field(default_factory=ClusterConfig)  # local, or rollout workers as Ray actors
+    branches: BranchesConfig = field(default_factory=BranchesConfig)  # extra groups from inside episodes (research)
 
     def __post_init__(self) -> None:
         if self.tasks is None:
@@ -232,13 +249,9 @@ class TrainConfig:
                                  f"{', '.join(supporting('supports_agents'))}")
             if self.rollout.max_staleness > 0:
                 raise ValueError("an agent run samples each step's groups, then trains: rollout.max_staleness 0")
-            for key, n in (("branches", self.rollout.branches), ("demo_branches", self.rollout.demo_branches)):
-                if n:
-                    raise ValueError(f"rollout.{key} replays an env to a turn of a recorded episode; an agent run "
-                                     f"has no env to replay: set rollout.{key}: 0")
-        if self.env_args.get("opponent") == "self" and self.rollout.engine != "vllm":
+        if self.env_args.get("opponent") == "self" and self.rollout.inference != "vllm":
             raise ValueError("env_args opponent: self plays the policy's other seats on its own rollout servers: set "
-                             "rollout.engine: vllm (the transformers engine serves no other caller)")
+                             "rollout.inference: vllm (the transformers engine serves no other caller)")
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be ≥ 1, got {self.max_steps}")
         if self.task_limit is not None and self.task_limit < 1:
@@ -247,6 +260,7 @@ class TrainConfig:
             raise ValueError("loss.rollout_is corrects π_old (the recomputed trainer policy) towards π_rollout; with "
                              "update.old_logprobs: rollout they are the same policy: set old_logprobs: recompute "
                              "or rollout_is: none")
+        self.branches.check(self)
         rc = self.rollout
         if self.algorithm.estimator == "none" and rc.zero_variance != "keep":
             raise ValueError(f"algorithm.estimator: none gives every group a zero advantage, so rollout.zero_variance "
@@ -260,11 +274,6 @@ class TrainConfig:
                                  "nothing to learn from: it compares each episode with the others of its group, so "
                                  "every advantage is 0; set rollout.group_size to 2 or more")
         if rc.max_staleness > 0:
-            for key, n in (("branches", rc.branches), ("demo_branches", rc.demo_branches)):
-                if n:
-                    raise ValueError(f"rollout.{key} samples more groups from each round's tasks before the update; "
-                                     "under rollout.max_staleness > 0 a step's groups come from a stream: set one "
-                                     "to 0")
             if rc.zero_variance == "dynamic":
                 raise ValueError("rollout.max_staleness > 0 takes whole steps of groups from a stream; "
                                  "zero_variance: dynamic (sampling more groups in the same step) "
@@ -275,6 +284,20 @@ class TrainConfig:
 
 
 RECIPES = Path(__file__).resolve().parents[1] / "configs"
+
+# Keys that moved (2026-12: one name per thing, research settings in a section of their own), old → new path; a
+# config that still names one is refused in one line that names the new key.
+RENAMED = {
+    "engine": "deepspeed",
+    "rollout.engine": "rollout.inference",
+    "rollout.env_workers": "rollout.env_threads",
+    "cluster.env_workers": "cluster.env_actors",
+    "cluster.env_worker_cpus": "cluster.env_actor_cpus",
+    "rollout.branches": "branches.answer",
+    "rollout.demo_branches": "branches.demo",
+    "rollout.demonstrator": "branches.demonstrator",
+    "rollout.demo_tasks": "branches.demo_tasks",
+}
 
 
 def recipe_path(path: str | Path) -> Path:
@@ -333,6 +356,8 @@ def build(cls: type, data: Any, where: str) -> Any:
     for key, value in data.items():
         path = f"{where}.{key}" if where else str(key)
         if key not in fields:
+            if path in RENAMED:
+                raise ConfigError(f"config key {path!r} was renamed to {RENAMED[path]!r}")
             close = difflib.get_close_matches(str(key), fields, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else f"; valid keys: {', '.join(sorted(fields))}"
             raise ConfigError(f"unknown config key {path!r}{hint}")

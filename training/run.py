@@ -11,11 +11,12 @@ from typing import Any
 
 import torch
 
+from sleuth.core.errors import ConfigError
 from sleuth.tasks.base import Task
 from sleuth.training import checkpoint
-from sleuth.training.config import ConfigError, TrainConfig
+from sleuth.training.config import TrainConfig
 from sleuth.training.metrics import MetricsLogger, WandbConfig
-from sleuth.training.zero import EngineConfig, build_engine, device, for_engines, load_dtype, resolved_dtype
+from sleuth.training.zero import DeepSpeedConfig, build_engine, device, for_engines, load_dtype, resolved_dtype
 
 # The prompt of the weight-sync check: the rollout engine's logits on it must match the trainer's.
 PROBE = [{"role": "user", "content": "Which city is the capital of France? Answer in one word."}]
@@ -75,7 +76,7 @@ class PolicyModel:
     hidden_size: int
 
 
-def load_policy_model(model: str, engine_cfg: EngineConfig, vllm_rollout: bool = False) -> PolicyModel:
+def load_policy_model(model: str, engine_cfg: DeepSpeedConfig, vllm_rollout: bool = False) -> PolicyModel:
     """`model` (a name such as `smollm2`, a Hugging Face id or a directory) on an engine built from `engine:`, in the
     dtype every engine of the run computes in (`vllm_rollout`: its rollout engines are vLLM; `resolved_dtype`)."""
     from transformers import AutoTokenizer

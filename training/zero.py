@@ -1,7 +1,7 @@
 """The DeepSpeed ZeRO engine: process group, config, optimizer, optional LoRA.
 
 One code path for every stage (0/1/2/3), CPU or GPU: NCCL on GPU, gloo on CPU; the run's one dtype is
-`resolved_dtype`'s (`engine.dtype: auto`: bf16 where the hardware is fast at it and no vLLM engine must match the
+`resolved_dtype`'s (`deepspeed.dtype: auto`: bf16 where the hardware is fast at it and no vLLM engine must match the
 trainer, else fp32). Gradient accumulation is *unmanaged* (`managed_gradient_accumulation: false`): the trainer
 calls `backward` once per micro-batch and `step` once per update, so the number of micro-batches may change from
 step to step (dropped zero-variance groups, dynamic sampling) without reconfiguring the engine."""
@@ -27,7 +27,7 @@ class LoraConfig:
 
 
 @dataclass
-class EngineConfig:
+class DeepSpeedConfig:
     zero_stage: int = 2
     offload: bool = False  # optimizer states to CPU (stage ≥ 1); parameters too at stage 3
     dtype: str = "auto"  # auto (`resolved_dtype`: bf16 on a GPU or an AMX-BF16 CPU without vLLM engines) | fp32 | bf16
@@ -43,13 +43,13 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         if self.zero_stage not in (0, 1, 2, 3):
-            raise ValueError(f"engine.zero_stage must be 0, 1, 2 or 3; got {self.zero_stage}")
+            raise ValueError(f"deepspeed.zero_stage must be 0, 1, 2 or 3; got {self.zero_stage}")
         if self.dtype not in ("auto", "fp32", "bf16"):
-            raise ValueError(f"engine.dtype must be auto, fp32 or bf16; got {self.dtype!r}")
+            raise ValueError(f"deepspeed.dtype must be auto, fp32 or bf16; got {self.dtype!r}")
         if self.optimizer not in ("adamw", "cpu_adam"):
-            raise ValueError(f"engine.optimizer must be adamw or cpu_adam; got {self.optimizer!r}")
+            raise ValueError(f"deepspeed.optimizer must be adamw or cpu_adam; got {self.optimizer!r}")
         if self.offload and self.zero_stage == 0:
-            raise ValueError("engine.offload needs zero_stage ≥ 1")
+            raise ValueError("deepspeed.offload needs zero_stage ≥ 1")
         self.betas = tuple(self.betas)  # type: ignore[assignment]
 
 
@@ -109,13 +109,13 @@ def cpu_bf16_is_fast(capabilities: Mapping[str, object] | None = None) -> bool:
 
 
 def auto_dtype(gpu_bf16: bool | None, amx_bf16: bool, vllm: bool) -> torch.dtype:
-    """What `engine.dtype: auto` resolves to (the rule: `resolved_dtype`). `gpu_bf16`: None without a GPU, else
+    """What `deepspeed.dtype: auto` resolves to (the rule: `resolved_dtype`). `gpu_bf16`: None without a GPU, else
     whether it computes in bf16; `amx_bf16`: `cpu_bf16_is_fast()`; `vllm`: a rollout engine of the run is vLLM."""
     fast = amx_bf16 if gpu_bf16 is None else gpu_bf16
     return torch.bfloat16 if fast and not vllm else torch.float32
 
 
-def resolved_dtype(cfg: EngineConfig, vllm: bool = False) -> torch.dtype:
+def resolved_dtype(cfg: DeepSpeedConfig, vllm: bool = False) -> torch.dtype:
     """The one dtype of a run: the trainer computes in it, and so do its reference and teacher and every rollout
     engine (the transformers engine in process or on Ray workers, vLLM servers started locally or by Ray workers:
     `vllm_rollout.vllm_command` is given it), so that a verified sync compares like with like.
@@ -132,7 +132,7 @@ def resolved_dtype(cfg: EngineConfig, vllm: bool = False) -> torch.dtype:
     return torch.bfloat16 if cfg.dtype == "bf16" else torch.float32
 
 
-def for_engines(cfg: EngineConfig, vllm: bool) -> EngineConfig:
+def for_engines(cfg: DeepSpeedConfig, vllm: bool) -> DeepSpeedConfig:
     """`cfg` with `auto` settled for a run with (`vllm`) or without vLLM rollout engines, so that every later read of
     the dtype (DeepSpeed's config, the checkpoint's load dtype, the rollout engines) sees the one resolved here."""
     if cfg.dtype != "auto":
@@ -140,20 +140,20 @@ def for_engines(cfg: EngineConfig, vllm: bool) -> EngineConfig:
     return dataclasses.replace(cfg, dtype="bf16" if resolved_dtype(cfg, vllm) == torch.bfloat16 else "fp32")
 
 
-def load_dtype(cfg: EngineConfig) -> torch.dtype:
+def load_dtype(cfg: DeepSpeedConfig) -> torch.dtype:
     """The dtype a trainer loads its checkpoint in. On the CPU fp32 whatever the compute dtype: a bf16 engine
     then starts its fp32 master weights from the checkpoint's own values (`build_engine`), not from their
     bf16 rounding. On a GPU the compute dtype (checkpoints there are large, and mostly bf16 already)."""
     return resolved_dtype(cfg) if torch.cuda.is_available() else torch.float32
 
 
-def holds_whole_weights(cfg: EngineConfig) -> bool:
+def holds_whole_weights(cfg: DeepSpeedConfig) -> bool:
     """Whether the engine's module holds the whole model as inference runs it: not at ZeRO-3 (each rank holds
     a shard) and not with LoRA (the weights a rollout runs are base + adapter, merged)."""
     return cfg.zero_stage < 3 and cfg.lora is None
 
 
-def deepspeed_config(cfg: EngineConfig) -> dict[str, Any]:
+def deepspeed_config(cfg: DeepSpeedConfig) -> dict[str, Any]:
     zero: dict[str, Any] = {"stage": cfg.zero_stage}
     if cfg.offload:
         zero["offload_optimizer"] = {"device": "cpu"}
@@ -176,7 +176,7 @@ def deepspeed_config(cfg: EngineConfig) -> dict[str, Any]:
     }
 
 
-def _clips_in_hook(cfg: EngineConfig) -> bool:
+def _clips_in_hook(cfg: DeepSpeedConfig) -> bool:
     """An fp32 engine at stage 0 is the one DeepSpeed clips with torch and then drops the norm of
     (`get_global_grad_norm()` is None): sleuth clips it itself, in `_clip_and_record`."""
     return cfg.zero_stage == 0 and resolved_dtype(cfg) == torch.float32
@@ -194,7 +194,7 @@ def _clip_and_record(params: list[torch.nn.Parameter], max_norm: float) -> Any:
     return hook
 
 
-def build_engine(model: torch.nn.Module, cfg: EngineConfig) -> Any:
+def build_engine(model: torch.nn.Module, cfg: DeepSpeedConfig) -> Any:
     """Wrap a model (activation checkpointing and LoRA adapters added first when configured) in a DeepSpeed
     engine."""
     import deepspeed

@@ -211,7 +211,7 @@ def evaluate(
     resume: bool = True,
     progress: bool = True,
     samples: int = 1,
-    env_workers: int = 0,
+    env_threads: int = 0,
     identity: dict[str, Any] | None = None,
     episode_timeout_s: float | None = EPISODE_TIMEOUT_S,
     rescore: Rescorer | None = None,
@@ -226,7 +226,7 @@ def evaluate(
     limit). `rescore`: the episodes scored again once over (a judge; a group judge sees a task's samples
     together), its counts in the summary's `judge`."""
     def run(todo: list[Task]) -> Iterator[Trajectory]:
-        return run_episodes(make_env, todo, policy, sampling, concurrency, env_id, env_workers=env_workers,
+        return run_episodes(make_env, todo, policy, sampling, concurrency, env_id, env_threads=env_threads,
                             episode_timeout_s=episode_timeout_s)
 
     return _evaluate_run(run, tasks, out_dir, f"eval {policy.name}",

@@ -2,7 +2,7 @@
 `Trajectory` as soon as it ends.
 
 The loop is continuous: an episode's next request goes to the policy as soon as its env step returns,
-env steps run (in `env_workers` threads) while the engine generates for other episodes, and a finished
+env steps run (in `env_threads` threads) while the engine generates for other episodes, and a finished
 episode's slot takes the next task at once. The state lives in `EpisodeScheduler`, the requests go
 through `RequestQueue`; what is here only moves results between them."""
 
@@ -37,7 +37,7 @@ def run_episodes(
     concurrency: int = 8,
     env_id: str = "",
     max_context: int | None = None,
-    env_workers: int = 0,
+    env_threads: int = 0,
     lockstep: bool = False,
     gate: WeightsGate | None = None,
     episode_timeout_s: float | None = None,
@@ -46,7 +46,7 @@ def run_episodes(
     whose generation fails, yields a failed trajectory (`error` set, `Trajectory.failed`): nothing is
     silently dropped and nothing failed is scored. `max_context` (default: the policy's) ends an episode
     whose next request would not fit, the first one included (`stop_reason` "prompt_too_long"), before it
-    is sent. `env_workers` > 0 steps envs in that many threads, concurrently
+    is sent. `env_threads` > 0 steps envs in that many threads, concurrently
     with generation: worth it when steps wait on something (env servers, sandboxes, SWE tests); in-process
     steps of microseconds are faster inline. `lockstep` releases requests in rounds (every episode waits
     for the slowest of its round): the benchmarks' measure of what the continuous loop saves. `gate`: a weight
@@ -54,14 +54,14 @@ def run_episodes(
     `tasks` is read lazily, as slots free: it may be an endless stream; a `Branch` among them continues a
     recorded episode from one of its turns. `episode_timeout_s`: an episode still running that long after its
     reset (stuck in its env step or its generation) fails as `timeout` — an infrastructure failure, never scored
-    — its env closed and its step thread left behind (`EnvSteps`). With `env_workers` 0 a step runs on a thread
+    — its env closed and its step thread left behind (`EnvSteps`). With `env_threads` 0 a step runs on a thread
     of its own and the loop waits for it, up to `INLINE_WAIT_S`; resets too."""
     sampling = sampling or SamplingParams()
     sched = EpisodeScheduler(make_env, tasks, ChatRenderer(policy.tokenizer), concurrency=concurrency, env_id=env_id,
                              max_context=max_context or policy.max_context or 1 << 30,
                              max_tokens=sampling.max_tokens, barrier=lockstep)
     engine = RequestQueue(policy, sampling, gate)
-    steps = EnvSteps(max(1, env_workers))
+    steps = EnvSteps(max(1, env_threads))
     inflight: dict[Future, tuple[Episode, Sampled | None]] = {}  # a generation (None) or an env step
     try:
         while not sched.done:
@@ -89,7 +89,7 @@ def run_episodes(
                     sched.on_generation_failed(ep, e)
                     continue
                 stepping = steps.submit(partial(_step, ep.env, sampled.generation.text))
-                if not env_workers:  # waited for here (the batches stay those of stepping inline), up to a limit
+                if not env_threads:  # waited for here (the batches stay those of stepping inline), up to a limit
                     wait([stepping], timeout=INLINE_WAIT_S)
                     if stepping.done():
                         sched.on_step(ep, sampled.generation, sampled.version, stepping.result())

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-# How long the loop waits on one env call before it goes on without it (with `env_workers` 0 steps are waited
+# How long the loop waits on one env call before it goes on without it (with `env_threads` 0 steps are waited
 # for, so that the batches stay those of stepping inline; a call past this holds up no other episode).
 INLINE_WAIT_S = 1.0
 

@@ -82,7 +82,7 @@ def check_imports(rep: Report, st: State) -> None:
         f = c.figures
         for mod in ("torch", "transformers", "deepspeed", "gymnasium", "datasets", "sleuth", "sleuth.envs",
                     "sleuth.agents", "sleuth.agents.policies.hf", "sleuth.rewards", "sleuth.training.zero",
-                    "sleuth.training.rl.update", "sleuth.training.rollout.engine", "sleuth.training.rl.trainer"):
+                    "sleuth.training.rl.update", "sleuth.training.rollout.in_process", "sleuth.training.rl.trainer"):
             t = time.perf_counter()
             try:
                 __import__(mod)

@@ -81,7 +81,7 @@ def check_ray_collective(rep: Report, st: State) -> None:
 
 
 def check_ray_vllm(rep: Report, st: State) -> None:
-    """`check_ray` with `rollout.engine=vllm`: the worker is a supervised vLLM server (its logprobs verified
+    """`check_ray` with `rollout.inference=vllm`: the worker is a supervised vLLM server (its logprobs verified
     within `update.sync_tolerance_vllm`); skipped in one line without a vLLM Python."""
     from sleuth.training.rollout.vllm_servers import default_vllm_python
 
@@ -89,7 +89,7 @@ def check_ray_vllm(rep: Report, st: State) -> None:
         with Check(rep, "ray_vllm", 0) as c:
             c.skip = "no vLLM Python on this machine (make vllm builds .venv-vllm, or set $SLEUTH_VLLM_PYTHON)"
         return
-    _ray_run(rep, st, "ray_vllm", ["rollout.engine=vllm", "update.sync_transport=collective"])
+    _ray_run(rep, st, "ray_vllm", ["rollout.inference=vllm", "update.sync_transport=collective"])
 
 
 def _ray_run(rep: Report, st: State, name: str, extra: list[str]) -> None:
@@ -115,13 +115,13 @@ def _ray_run(rep: Report, st: State, name: str, extra: list[str]) -> None:
         sets = [f"model={st.tiny_dir}", f"tasks={st.tasks_spec}", "task_limit=24",
                 f"rollout.max_tokens={st.sz['trainer_max_tokens']}",
                 f"rollout.group_size={st.sz['trainer_group']}",
-                "checkpoint.export_hf=false", "tensorboard=false", "loss.entropy_coef=0.01", "engine.lr=1e-3",
+                "checkpoint.export_hf=false", "tensorboard=false", "loss.entropy_coef=0.01", "deepspeed.lr=1e-3",
                 "cluster.backend=ray", "cluster.train_ranks=1", "cluster.rollout_workers=1", *shares, *extra]
         c.figures["shares"] = ", ".join(s.removeprefix("cluster.") for s in shares)
         out, base = st.work / f"train-{name}", REPO / "configs" / "docread_quick.yaml"
         # the tolerance the run's trainer verifies each sync against, read as `sleuth train` reads its config
         cfg = load_config(base, parse_kv(sets, flag="--set") | {"out": str(out), "max_steps": STEPS})
-        vllm = cfg.rollout.engine == "vllm"
+        vllm = cfg.rollout.inference == "vllm"
         tol, diff_key = ((cfg.update.sync_tolerance_vllm, "sync/max_logprob_diff") if vllm
                          else (cfg.update.sync_tolerance, "sync/max_logit_diff"))
         c.figures["sync_tolerance"] = tol

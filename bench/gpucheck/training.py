@@ -23,9 +23,9 @@ def check_rollout(rep: Report, st: State) -> None:
         from sleuth.agents.trajectory import Trajectory, Turn
         from sleuth.training.rl.losses import LossConfig
         from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
-        from sleuth.training.rollout.engine import TransformersRollout, probe_logits
+        from sleuth.training.rollout.in_process import TransformersRollout, probe_logits
         from sleuth.training.run import PROBE
-        from sleuth.training.zero import EngineConfig, build_engine
+        from sleuth.training.zero import DeepSpeedConfig, build_engine
 
         sz = st.sz
         tol = UpdateConfig().sync_tolerance
@@ -67,7 +67,7 @@ def check_rollout(rep: Report, st: State) -> None:
             ro, reqs, gens, probe_ids = rollouts["big"]
             model = load_causal_lm(st.big_dir, model_dtype()).to(dev())
             model.config.use_cache = False
-            engine = build_engine(model, EngineConfig(zero_stage=2, lr=sz["lr"] * 10))
+            engine = build_engine(model, DeepSpeedConfig(zero_stage=2, lr=sz["lr"] * 10))
             try:
                 c.figures["sync_before_update_max_logit_diff"] = _sync_checked(c, ro, engine.module, "before update")
                 before = probe_logits(ro.policy.model, probe_ids)
@@ -103,7 +103,7 @@ def check_rollout(rep: Report, st: State) -> None:
 def _sync_checked(c: Check, ro, module, when: str) -> float:
     """TransformersRollout.sync as the trainer calls it; if its verification refuses (WeightSyncError), the
     check fails and the difference is measured anyway (the weights were loaded before the verification)."""
-    from sleuth.training.rollout.engine import WeightSyncError
+    from sleuth.training.rollout.in_process import WeightSyncError
 
     try:
         return ro.sync(module)["sync/max_logit_diff"]
@@ -119,7 +119,7 @@ def _sync_checked(c: Check, ro, module, when: str) -> float:
 def _trainer_run(rep: Report, st: State, c: Check, name: str, model: str, steps: int, stage: int, **kw) -> list[dict]:
     """_trainer_attempt; if the trainer's verified weight sync refuses (bf16 logits off by more than
     update.sync_tolerance), the check fails and the run is repeated with a looser tolerance for the figures."""
-    from sleuth.training.rollout.engine import WeightSyncError
+    from sleuth.training.rollout.in_process import WeightSyncError
 
     try:
         return _trainer_attempt(rep, st, c, name, model, steps, stage, **kw)
@@ -137,7 +137,7 @@ def _trainer_attempt(rep: Report, st: State, c: Check, name: str, model: str, st
                      base: str = "docread_quick.yaml", sync_tolerance: float | None = None,
                      dtype: str = "auto") -> list[dict]:
     """configs/<base> with `model` (also as the information-gain reader), the given ZeRO stage (bf16 on GPU:
-    engine.dtype auto), short turns and an entropy bonus, written to a temporary YAML, run through
+    deepspeed.dtype auto), short turns and an entropy bonus, written to a temporary YAML, run through
     load_config + Trainer."""
     import yaml
 
@@ -196,7 +196,7 @@ def _trainer_attempt(rep: Report, st: State, c: Check, name: str, model: str, st
         import torch
 
         from sleuth.agents.policies.models import load_causal_lm
-        from sleuth.training.rollout.engine import probe_logits
+        from sleuth.training.rollout.in_process import probe_logits
 
         hf = load_causal_lm(out / "hf", model_dtype()).to(dev()).eval()
         diff = float((probe_logits(hf, trainer.probe_ids) - probe_logits(trainer.engine.module, trainer.probe_ids))

@@ -36,7 +36,7 @@ def check_update(rep: Report, st: State) -> None:
         from sleuth.training.rl.batch import micro_batches
         from sleuth.training.rl.losses import LossConfig, denominator, policy_loss, token_logprobs
         from sleuth.training.rl.update import PolicyUpdater, UpdateConfig
-        from sleuth.training.zero import EngineConfig, build_engine
+        from sleuth.training.zero import DeepSpeedConfig, build_engine
 
         sz = st.sz
         d = dev()
@@ -85,7 +85,7 @@ def check_update(rep: Report, st: State) -> None:
         def ds(stage: int):
             model = load_causal_lm(st.big_dir, model_dtype()).to(d)
             model.config.use_cache = False
-            engine = build_engine(model, EngineConfig(zero_stage=stage, lr=sz["lr"]))
+            engine = build_engine(model, DeepSpeedConfig(zero_stage=stage, lr=sz["lr"]))
             upd = PolicyUpdater(engine, UpdateConfig(micro_batch_tokens=mbt), lc, pad_id=0)
 
             def step() -> dict[str, float]:

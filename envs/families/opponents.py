@@ -6,7 +6,7 @@
   OpenAI-compatible chat-completions server — `sleuth serve gateway --policy CHECKPOINT`, vLLM, a hosted API. Each
   seat it plays keeps its own chat of the game, as the policy does: the game's messages to that seat as user
   turns, its own moves as the assistant's. Greedy by default, so a fixed model is a fixed opponent.
-- `self`: the policy being trained, resolved by the trainer to its own rollout servers (`rollout.engine: vllm`),
+- `self`: the policy being trained, resolved by the trainer to its own rollout servers (`rollout.inference: vllm`),
   so the opponent plays with the weights of the latest sync; only the policy's seat is trained.
 - any object with `new_game()` and `act(seat, observation, legal_actions, rng) -> str` (`Opponent`), in code.
 
@@ -106,7 +106,7 @@ def make_opponent(spec: str | dict[str, Any] | Opponent) -> Opponent:
         if spec.startswith(("http://", "https://")):
             return ModelOpponent(ModelSpec(spec))
         if spec == SELF:
-            raise ValueError("opponent: self is the policy being trained; only `sleuth train` with rollout.engine: "
+            raise ValueError("opponent: self is the policy being trained; only `sleuth train` with rollout.inference: "
                              "vllm can serve it (its rollout servers). To play a fixed checkpoint, serve it with "
                              "`sleuth serve gateway --policy CHECKPOINT` and pass opponent: {url: http://HOST:PORT/v1}")
         raise ValueError(f"unknown opponent {spec!r}: random-legal, self, an OpenAI-compatible URL "

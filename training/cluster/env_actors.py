@@ -1,10 +1,10 @@
-"""Envs in Ray actors (`cluster.env_workers` > 0): slow envs (SWE tests, code sandboxes, retrieval) run on
+"""Envs in Ray actors (`cluster.env_actors` > 0): slow envs (SWE tests, code sandboxes, retrieval) run on
 CPU nodes away from the trainer's accelerators.
 
 Each `EnvWorker` actor holds env sessions (one env object each, built with `sleuth.make(env, **env_args)` in
 the actor); the agent loop in the training process sees `RayEnv`s, gymnasium envs that forward `reset` and
 `step` to their session. Sessions are spread over the workers round robin. Steps are blocking calls: set
-`rollout.env_workers` (threads) so env steps overlap with generation.
+`rollout.env_actors` (threads) so env steps overlap with generation.
 
 A worker whose process dies is restarted by Ray, but the sessions it held are gone: an episode that was running
 there fails as an env failure (`env_error`: never scored, its group leaves the update), and the `RayEnv` opens a
@@ -37,7 +37,7 @@ from sleuth.training.cluster.placement import (
 RESTART_WAIT_S = 120.0  # how long a reset waits for a restarting env worker
 CLOSE_WAIT_S = 30.0  # how long closing a session waits for its worker (a session stuck in a step may never close)
 # Calls an env worker runs at once (a threaded actor): a session stuck in a step must not hold up the others,
-# nor the close that tears it down. Envs already step concurrently in `rollout.env_workers` threads.
+# nor the close that tears it down. Envs already step concurrently in `rollout.env_actors` threads.
 SESSION_THREADS = 32
 
 
@@ -73,7 +73,7 @@ class EnvWorker:
 
 
 class EnvPool:
-    """`cluster.env_workers` EnvWorker actors in one placement group; `make()` is the env factory the agent
+    """`cluster.env_actors` EnvWorker actors in one placement group; `make()` is the env factory the agent
     loop uses."""
 
     def __init__(self, cluster: ClusterConfig, env_id: str, env_args: dict[str, Any], start_timeout_s: float = 300.0):
@@ -85,17 +85,17 @@ class EnvPool:
         self.group: Any = None
         self.actors: list[Any] = []
         self.pids: list[int] = []
-        self.loops = [CrashLoop(cluster.max_restarts, cluster.restart_window_s) for _ in range(cluster.env_workers)]
+        self.loops = [CrashLoop(cluster.max_restarts, cluster.restart_window_s) for _ in range(cluster.env_actors)]
         self.stopped: dict[int, str] = {}  # worker index → why it is dead for the run
         self.restarts = 0
         self._next = itertools.count()
         self._lock = threading.RLock()  # `opened` stops a crash-looping worker while holding it
         try:
-            self.group = placement(self.ray, cluster.env_workers, {"CPU": cluster.env_worker_cpus}, "env workers")
-            for i in range(cluster.env_workers):
+            self.group = placement(self.ray, cluster.env_actors, {"CPU": cluster.env_actor_cpus}, "env workers")
+            for i in range(cluster.env_actors):
                 strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=i)
                 self.actors.append(self.ray.remote(EnvWorker).options(
-                    num_cpus=cluster.env_worker_cpus, max_restarts=RAY_RESTARTS, max_task_retries=0,
+                    num_cpus=cluster.env_actor_cpus, max_restarts=RAY_RESTARTS, max_task_retries=0,
                     max_concurrency=SESSION_THREADS, scheduling_strategy=strategy).remote(env_id, dict(env_args)))
             self.pids = self.ray.get([a.pid.remote() for a in self.actors], timeout=start_timeout_s)
         except (GetTimeoutError, RayActorError) as e:
@@ -134,7 +134,7 @@ class EnvPool:
 
     def stats(self) -> dict[str, float]:
         return {"cluster/env_restarts": float(self.restarts),
-                "cluster/live_env_workers": float(len(self.actors) - len(self.stopped))}
+                "cluster/live_env_actors": float(len(self.actors) - len(self.stopped))}
 
     def close(self) -> None:
         for a in self.actors:

@@ -6,7 +6,7 @@ With `backend: ray`, `sleuth train` connects to a Ray cluster (`address`: "auto"
 worker ({"CPU": worker_cpus, "GPU": worker_gpus}) and starts a `RolloutWorker` actor in each
 (`training.ray_rollout`). A worker whose process dies is restarted by Ray in its bundle; one that dies more
 than `max_restarts` times within `restart_window_s` seconds is crash-looping and stopped for the run
-(`CrashLoop`). With `env_workers` > 0 the envs run in `EnvWorker` actors too (`training.ray_envs`), away from
+(`CrashLoop`). With `env_actors` > 0 the envs run in `EnvWorker` actors too (`training.ray_envs`), away from
 the trainer. The trainer runs in the driver process (one DeepSpeed rank, or
 `torchrun` ranks each with their own workers), or, with `train_ranks` > 0, as that many `TrainRank` actors
 (`training.ray_train`), each with its own workers."""
@@ -36,8 +36,8 @@ class ClusterConfig:
     worker_gpus: float = 0.0  # ray: GPUs reserved per worker
     max_restarts: int = 3  # ray: deaths of a worker within restart_window_s it survives; one more stops it
     restart_window_s: float = 600.0  # ray: the window of max_restarts (deaths further apart never add up)
-    env_workers: int = 0  # ray: EnvWorker actors holding the envs (0: envs run in the training process)
-    env_worker_cpus: float = 1.0  # ray: CPUs reserved per env worker
+    env_actors: int = 0  # ray: EnvWorker actors holding the envs (0: envs run in the training process)
+    env_actor_cpus: float = 1.0  # ray: CPUs reserved per env worker
     train_ranks: int = 0  # ray: DeepSpeed ranks as TrainRank actors (0: the trainer runs in this process)
     train_cpus: float = 1.0  # ray: CPUs reserved per train rank
     train_gpus: float = 0.0  # ray: GPUs reserved per train rank
@@ -47,16 +47,16 @@ class ClusterConfig:
             raise ValueError(f"cluster.backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
         for key, value, low in (("rollout_workers", self.rollout_workers, 1), ("worker_cpus", self.worker_cpus, 0),
                                 ("worker_gpus", self.worker_gpus, 0), ("max_restarts", self.max_restarts, 0),
-                                ("env_workers", self.env_workers, 0), ("env_worker_cpus", self.env_worker_cpus, 0),
+                                ("env_actors", self.env_actors, 0), ("env_actor_cpus", self.env_actor_cpus, 0),
                                 ("train_ranks", self.train_ranks, 0), ("train_cpus", self.train_cpus, 0),
                                 ("train_gpus", self.train_gpus, 0)):
             if not value >= low:  # also refuses NaN
                 raise ValueError(f"cluster.{key} must be ≥ {low}, got {value}")
         if not self.restart_window_s > 0:
             raise ValueError(f"cluster.restart_window_s must be > 0, got {self.restart_window_s}")
-        if self.backend == "local" and (self.address is not None or self.rollout_workers != 1 or self.env_workers
+        if self.backend == "local" and (self.address is not None or self.rollout_workers != 1 or self.env_actors
                                         or self.train_ranks):
-            raise ValueError("cluster.address, rollout_workers, env_workers and train_ranks place Ray actors: set "
+            raise ValueError("cluster.address, rollout_workers, env_actors and train_ranks place Ray actors: set "
                              "cluster.backend: ray")
 
 

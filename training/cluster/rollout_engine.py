@@ -10,7 +10,7 @@ from sleuth.training.cluster.placement import ClusterConfig, ClusterError, worke
 from sleuth.training.cluster.rollout_workers import WorkerPool
 from sleuth.training.config import RolloutConfig
 from sleuth.training.rl.update import UpdateConfig
-from sleuth.training.rollout.engine import probe_logits
+from sleuth.training.rollout.in_process import probe_logits
 from sleuth.training.zero import full_state_dict
 
 
@@ -25,13 +25,13 @@ class RayRollout:
         if world > 1 and cluster.address is None and not ray.is_initialized():  # a TrainRank actor is in Ray
             raise ClusterError("several training ranks share one Ray cluster: start it (`ray start --head`) and set "
                                "cluster.address: auto")
-        if rc.engine == "vllm":
+        if rc.inference == "vllm":
             from sleuth.training.cluster.vllm_workers import VLLMPool
             from sleuth.training.rollout.vllm_servers import default_vllm_python
 
             python = rc.vllm_python or default_vllm_python()
             if not python:
-                raise FileNotFoundError("rollout.engine=vllm needs a Python with vLLM on the workers' nodes: set "
+                raise FileNotFoundError("rollout.inference=vllm needs a Python with vLLM on the workers' nodes: set "
                                         "rollout.vllm_python or $SLEUTH_VLLM_PYTHON (`make vllm` builds .venv-vllm)")
             self.pool: WorkerPool = VLLMPool(cluster, model_path, dtype, rc.concurrency, rc.kv_keep_mb,
                                              rc.sync_timeout_s, update.sync_tolerance_vllm, probe_ids,

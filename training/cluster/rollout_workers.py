@@ -39,7 +39,7 @@ from sleuth.training.cluster.placement import (
     through_restart,
     worker_lost,
 )
-from sleuth.training.rollout.engine import WeightSyncError, probe_logits
+from sleuth.training.rollout.in_process import WeightSyncError, probe_logits
 from sleuth.training.sync.weight_stream import Link, join, receive, send
 
 

@@ -1,4 +1,4 @@
-"""vLLM engines as Ray rollout workers (`cluster.backend: ray` with `rollout.engine: vllm`).
+"""vLLM engines as Ray rollout workers (`cluster.backend: ray` with `rollout.inference: vllm`).
 
 Each worker is a `RolloutWorker` actor of this module (the process title is `ray::RolloutWorker`, as for the
 transformers workers: one name finds every rollout worker), placed as they are (one placement-group bundle of
@@ -42,7 +42,7 @@ from sleuth.agents.policies.base import Generation, Request, SamplingParams
 from sleuth.agents.policies.openai_http import OpenAICompletionsPolicy, ServerError
 from sleuth.core.net import free_port, wait_healthy
 from sleuth.training.cluster.rollout_workers import WorkerHandle, WorkerPool
-from sleuth.training.rollout.engine import WeightSyncError
+from sleuth.training.rollout.in_process import WeightSyncError
 from sleuth.training.rollout.vllm_servers import servable, server_env, vllm_command
 from sleuth.training.sync.weight_stream import Link, join, receive, send
 from sleuth.training.zero import DIST_VARS

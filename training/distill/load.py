@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from sleuth.training.config import ConfigError
+from sleuth.core.errors import ConfigError
 from sleuth.training.distill.server_teacher import ServerTeacher
 from sleuth.training.distill.signal import DistillConfig
 from sleuth.training.distill.teacher import Teacher, TeacherScorer

@@ -20,10 +20,9 @@ import httpx
 import torch
 
 from sleuth.agents.trajectory import Trajectory
-from sleuth.core.errors import InfraFailure
+from sleuth.core.errors import ConfigError, InfraFailure
 from sleuth.core.net import send_with_retries
 from sleuth.tasks.base import Task
-from sleuth.training.config import ConfigError
 from sleuth.training.distill.signal import DistillConfig, TeacherTokens
 from sleuth.training.distill.teacher import context_ids, turn_index, unscored
 

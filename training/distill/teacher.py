@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from sleuth.agents.trajectory import Trajectory
+from sleuth.core.errors import ConfigError
 from sleuth.tasks.base import Task
-from sleuth.training.config import ConfigError
 from sleuth.training.distill.signal import DistillConfig, TeacherTokens
 from sleuth.training.rl.batch import micro_batches
 from sleuth.training.rl.forward import ScoredForward

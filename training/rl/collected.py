@@ -5,8 +5,8 @@ only. A group has no learning signal when every advantage the estimator gives it
 the advantages, not the outcome rewards, so a group whose members scored alike but read differently still
 trains under a step-reward estimator (`info_gain`, `gigpo`, `gear_mix`); `keep_no_signal` says whether
 such groups train anyway (`rollout.zero_variance: keep`). Every estimator sleuth ships is group-local, so
-advantages taken round by round are the advantages of the whole step. Branch groups (`rollout.branches`,
-and `rollout.demo_branches`: branches of a demonstrator's episodes) are judged alike and counted apart, each
+advantages taken round by round are the advantages of the whole step. Branch groups (`branches.answer`,
+and `branches.demo`: branches of a demonstrator's episodes) are judged alike and counted apart, each
 kind in its own `BranchCount`: the zero-variance shares describe the episodes' groups."""
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ class Collected:
     estimator_metrics: dict[str, list[float]] = field(default_factory=dict)  # the estimator's, every round's
     zero_var: Counter = field(default_factory=Counter)  # groups whose outcome rewards are all alike: correct / wrong
     no_signal_groups: int = 0  # groups whose every advantage is 0
-    branches: BranchCount = field(default_factory=BranchCount)  # `rollout.branches`
-    demos: BranchCount = field(default_factory=BranchCount)  # `rollout.demo_branches`
+    branches: BranchCount = field(default_factory=BranchCount)  # `branches.answer`
+    demos: BranchCount = field(default_factory=BranchCount)  # `branches.demo`
     stream: StreamStats | None = None  # what the rollout stream reports (None without one)
     dropped_failed: int = 0  # groups left out because a member failed
     reissued: int = 0  # of those, the tasks sampled once more in the same step

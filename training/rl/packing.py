@@ -53,7 +53,7 @@ def layout(seqs: Sequence[Sequence[int]], share: bool = True) -> Layout:
     """Lay sequences out in one row; with `share`, as a prefix tree: each sequence joins the earlier cluster
     with which it has the longest common prefix (≥ MIN_SHARED tokens, the cluster's prefix shrinking to it),
     each cluster's prefix is laid out once, and its members are laid out the same way after it. A GRPO
-    group shares its prompt; branches of one episode (`rollout.branches`) share the whole episode up to the
+    group shares its prompt; branches of one episode (`branches.answer`) share the whole episode up to the
     turn they branch at, inside the group's prompt."""
     arrays = [np.asarray(s) for s in seqs]
     ids: list[int] = []

@@ -18,7 +18,7 @@ from sleuth.training.rollout.asynchronous import StreamStats
 
 @dataclass
 class BranchCount:
-    """One rank's groups of branches of one kind (`rollout.branches`, `rollout.demo_branches`) over a step: the
+    """One rank's groups of branches of one kind (`branches.answer`, `branches.demo`) over a step: the
     reward of each branch that did not fail, the groups judged, those of them with no learning signal, and the
     branches that failed."""
 
@@ -58,7 +58,7 @@ class StepPart:
     dropped_failed: int
     reissued: int
     stream: StreamStats | None  # asynchronous training: what the stream's take dropped and how stale it was
-    # the episodes' metrics above leave branches out: these count them (`rollout.branches`, `rollout.demo_branches`)
+    # the episodes' metrics above leave branches out: these count them (`branches.answer`, `branches.demo`)
     branches: BranchCount = field(default_factory=BranchCount)
     demos: BranchCount = field(default_factory=BranchCount)
     outage: Outage = field(default_factory=Outage)

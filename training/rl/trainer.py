@@ -34,14 +34,15 @@ from sleuth.agents.loop.episodes import run_episodes
 from sleuth.agents.policies.base import SamplingParams
 from sleuth.agents.policies.requests import WeightsGate
 from sleuth.agents.trajectory import Trajectory
+from sleuth.core.errors import ConfigError
 from sleuth.core.interrupts import HoldUntilStepEnd
 from sleuth.tasks.base import Task
 from sleuth.training import checkpoint
 from sleuth.training.cluster.env_actors import EnvPool
-from sleuth.training.config import ConfigError, TrainConfig, TrainingWarning
+from sleuth.training.config import TrainConfig, TrainingWarning
 from sleuth.training.distill.load import load_teacher
 from sleuth.training.metrics import MISMATCH_WARN
-from sleuth.training.rl.branching import branch_points, demo_points, load_demonstrator, run_branches
+from sleuth.training.rl.branching import BranchRounds
 from sleuth.training.rl.collected import Collected
 from sleuth.training.rl.failures import FailureWatch
 from sleuth.training.rl.step_metrics import Outage, StepPart, components, ranges, step_row, why_no_signal
@@ -49,8 +50,8 @@ from sleuth.training.rl.task_order import TaskSampler
 from sleuth.training.rl.update import PolicyUpdater, all_max, all_sum
 from sleuth.training.rollout.agent import AgentRollouts
 from sleuth.training.rollout.asynchronous import RolloutStream
-from sleuth.training.rollout.engine import RolloutEngine, WeightSyncError
 from sleuth.training.rollout.factory import make_rollout, self_play_args
+from sleuth.training.rollout.in_process import RolloutEngine, WeightSyncError
 from sleuth.training.run import PROBE, RunDir, load_policy_model, load_reference, training_tasks
 from sleuth.training.zero import full_state_dict, init_distributed
 from sleuth.verifiers.judge import JudgeStats
@@ -68,9 +69,10 @@ class Trainer:
         self.agent: AgentRollouts | None = None
         self.envs: EnvPool | None = None
         self.rollout: RolloutEngine | None = None
-        for key, n in (("tasks_per_step", cfg.rollout.tasks_per_step), ("demo_tasks", cfg.rollout.demo_tasks)):
+        for key, n in (("rollout.tasks_per_step", cfg.rollout.tasks_per_step),
+                       ("branches.demo_tasks", cfg.branches.demo_tasks)):
             if n % self.world:
-                raise ConfigError(f"rollout.{key} ({n}) must be a multiple of the number of processes "
+                raise ConfigError(f"{key} ({n}) must be a multiple of the number of processes "
                                   f"({self.world}): each rank trains on whole groups")
         self.run_dir = RunDir(cfg.out, resume)  # one process (group) per run directory, until train ends
         try:
@@ -97,14 +99,13 @@ class Trainer:
         # the config's `verifier` scores each round's episodes again (a judge: pointwise, or a group at once)
         self.rescorer = Rescorer(cfg.verifier, self.tasks_by_id, cfg.rollout.concurrency) if cfg.verifier else None
         self.sampler = TaskSampler(len(self.tasks), cfg.seed)
-        self.model = load_policy_model(cfg.model, cfg.engine, vllm_rollout=cfg.rollout.engine == "vllm")
+        self.model = load_policy_model(cfg.model, cfg.deepspeed, vllm_rollout=cfg.rollout.inference == "vllm")
         self.model_path, self.tokenizer, self.engine = self.model.path, self.model.tokenizer, self.model.engine
         try:
             self.estimator.check_policy(self.tokenizer)
         except ValueError as e:
             raise ConfigError(f"algorithm.estimator {cfg.algorithm.estimator!r}: {e}") from None
-        self.demonstrator = load_demonstrator(cfg.rollout, self.tokenizer, cfg.seed) if cfg.rollout.demo_branches \
-            else None
+        self.branches = BranchRounds(cfg.branches, cfg.rollout, cfg.env, self.tokenizer, cfg.seed)
         self.mismatch_warned = False
         self.no_signal_steps: list[int] = []
         self.failures = FailureWatch(cfg.rollout.max_consecutive_failures)
@@ -123,7 +124,7 @@ class Trainer:
                                      temperature=temperature, mixing=mixing, seed=cfg.seed + self.rank,
                                      distill=distill)
         self.probe_ids = ChatRenderer(self.tokenizer).prompt_ids(PROBE)
-        self.rollout = make_rollout(cfg.rollout, cfg.cluster, cfg.update, cfg.engine, self.engine.module,
+        self.rollout = make_rollout(cfg.rollout, cfg.cluster, cfg.update, cfg.deepspeed, self.engine.module,
                                     self.model_path, self.model.dtype, self.probe_ids, self.world)
         self.make_env = self._env_factory()
         self.step, version = 0, 0
@@ -339,17 +340,17 @@ class Trainer:
             with self.gate.update(self.cfg.rollout.sync_timeout_s):
                 return self.rollout.sync(self.engine.module)
         except TimeoutError as e:
-            raise WeightSyncError(f"weight sync timed out waiting for the rollout engine: {e} "
+            raise WeightSyncError(f"weight sync timed out waiting for the rollout deepspeed: {e} "
                                   "(rollout.sync_timeout_s)") from None
 
     # -- rollouts -------------------------------------------------------------------------------------
     def _env_factory(self) -> Callable[[], gymnasium.Env]:
-        """Envs in this process, or sessions in Ray env workers (`cluster.env_workers`)."""
+        """Envs in this process, or sessions in Ray env workers (`cluster.env_actors`)."""
         import sleuth
 
         cfg = self.cfg
         env_args = self_play_args(cfg.env_args, self.rollout, cfg.rollout)
-        if cfg.cluster.backend == "ray" and cfg.cluster.env_workers:
+        if cfg.cluster.backend == "ray" and cfg.cluster.env_actors:
             from sleuth.training.cluster.env_actors import EnvPool
 
             self.envs = EnvPool(cfg.cluster, cfg.env, env_args)
@@ -367,7 +368,7 @@ class Trainer:
 
         return RolloutStream(self.make_env, next_tasks,
                              self.rollout.policy, sampling, group_size=rc.group_size, concurrency=rc.concurrency,
-                             max_staleness=rc.max_staleness, env_id=cfg.env, env_workers=rc.env_workers, gate=self.gate,
+                             max_staleness=rc.max_staleness, env_id=cfg.env, env_threads=rc.env_threads, gate=self.gate,
                              episode_timeout_s=rc.episode_timeout_s)
 
     def collect(self, step: int) -> Collected:
@@ -394,11 +395,13 @@ class Trainer:
                 again = self._rollout_round(step, round_, failed, reissue=True)
                 got.take(again)
                 trajs = trajs + again
-            if rc.branches:
-                got.take(self._branch_round(step, round_, trajs))
-            if rc.demo_branches:  # the config refuses them under a stream
-                starts = self._draw(rc.demo_tasks) if rc.demo_tasks else chosen
-                got.take(self._demo_round(step, round_, starts), demos=True)
+            got.take(self.branches.answers(self.make_env, trajs, self.tasks_by_id, self.rollout.policy,
+                                           self._sampling(step, round_, 4099)))
+            if self.cfg.branches.demo:  # the config refuses them under a stream
+                bc = self.cfg.branches
+                starts = self._draw(bc.demo_tasks) if bc.demo_tasks else chosen
+                got.take(self.branches.demos(self.make_env, starts, self.rollout.policy,
+                                             self._sampling(step, round_, 6151), f"{step}.{round_}"), demos=True)
             if rc.zero_variance != "dynamic" or all_sum(len(groups([t for t in got.kept if not t.branch_at]))) \
                     >= rc.tasks_per_step:
                 break
@@ -428,27 +431,10 @@ class Trainer:
         tasks = [t for t in chosen for _ in range(rc.group_size)]
         sampling = self._sampling(step, round_, reissue * 7919)
         trajs = list(run_episodes(self.make_env, tasks, self.rollout.policy, sampling, rc.concurrency, env_id=cfg.env,
-                                  env_workers=rc.env_workers, episode_timeout_s=rc.episode_timeout_s))
+                                  env_threads=rc.env_threads, episode_timeout_s=rc.episode_timeout_s))
         for t in trajs:
             t.group = f"{t.task_id}@{step}.{label}"
         return trajs
-
-    def _branch_round(self, step: int, round_: int, trajs: list[Trajectory]) -> list[Trajectory]:
-        """`rollout.branches` continuations of each episode of `trajs` that ended on its own after two or more
-        turns, from the context before its last turn; each episode's branches are a group of their own."""
-        points = branch_points(trajs, self.tasks_by_id)
-        if not points:
-            return []
-        return run_branches(self.make_env, points, self.cfg.rollout.branches, self.rollout.policy,
-                            self._sampling(step, round_, 4099), self.cfg.rollout, self.cfg.env, "branches")
-
-    def _demo_round(self, step: int, round_: int, tasks: list[Task]) -> list[Trajectory]:
-        """`rollout.demo_branches` continuations of the demonstrator's episode of each of `tasks` from before its
-        last turn; each task's continuations are a group of their own."""
-        rc = self.cfg.rollout
-        points = demo_points(self.make_env, tasks, self.demonstrator, rc, self.cfg.env, f"{step}.{round_}")
-        return run_branches(self.make_env, points, rc.demo_branches, self.rollout.policy,
-                            self._sampling(step, round_, 6151), rc, self.cfg.env, "demo_branches")
 
     def _sampling(self, step: int, round_: int, salt: int) -> SamplingParams:
         """The rollout's sampling parameters under a seed of its own for this step, round and kind of group."""

@@ -92,7 +92,7 @@ class _GroupFeed(TaskFeed):
 class RolloutStream:
     def __init__(self, make_env: Callable[[], gymnasium.Env], next_tasks: Callable[[], list[Task]], policy: Policy,
                  sampling: SamplingParams, *, group_size: int, concurrency: int, max_staleness: int, env_id: str = "",
-                 env_workers: int = 0, gate: WeightsGate | None = None, episode_timeout_s: float | None = None):
+                 env_threads: int = 0, gate: WeightsGate | None = None, episode_timeout_s: float | None = None):
         if max_staleness < 1:
             raise ValueError(f"a rollout stream needs max_staleness ≥ 1 (0 is the synchronous loop), "
                              f"got {max_staleness}")
@@ -108,13 +108,13 @@ class RolloutStream:
         self.issued_steps, self.taken_steps, self.stopped, self._serial = 0, 0, False, 0
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._produce, name="sleuth-rollout-stream", daemon=True, args=(
-            make_env, policy, sampling, concurrency, env_id, env_workers, gate, episode_timeout_s))
+            make_env, policy, sampling, concurrency, env_id, env_threads, gate, episode_timeout_s))
         self._thread.start()
 
-    def _produce(self, make_env, policy, sampling, concurrency, env_id, env_workers, gate, episode_timeout_s) -> None:
+    def _produce(self, make_env, policy, sampling, concurrency, env_id, env_threads, gate, episode_timeout_s) -> None:
         try:
             for traj in run_episodes(make_env, self.feed, policy, sampling, concurrency, env_id,
-                                     env_workers=env_workers, gate=gate, episode_timeout_s=episode_timeout_s):
+                                     env_threads=env_threads, gate=gate, episode_timeout_s=episode_timeout_s):
                 with self.cond:
                     groups = self.open[traj.task_id]
                     group = groups[0]  # members of a task's groups are alike: the oldest open group fills first

@@ -8,20 +8,21 @@ from typing import Any
 
 import torch
 
+from sleuth.core.errors import ConfigError
 from sleuth.envs.families.opponents import SELF
 from sleuth.training.cluster.placement import ClusterConfig
-from sleuth.training.config import ConfigError, RolloutConfig
+from sleuth.training.config import RolloutConfig
 from sleuth.training.rl.update import UpdateConfig
-from sleuth.training.rollout.engine import RolloutEngine, SharedRollout, TransformersRollout
-from sleuth.training.zero import EngineConfig, holds_whole_weights
+from sleuth.training.rollout.in_process import RolloutEngine, SharedRollout, TransformersRollout
+from sleuth.training.zero import DeepSpeedConfig, holds_whole_weights
 
 
-def make_rollout(rollout: RolloutConfig, cluster: ClusterConfig, update: UpdateConfig, engine: EngineConfig,
+def make_rollout(rollout: RolloutConfig, cluster: ClusterConfig, update: UpdateConfig, engine: DeepSpeedConfig,
                  module: torch.nn.Module, model_path: str, dtype: torch.dtype, probe_ids: list[int],
                  world: int = 1) -> RolloutEngine:
-    """`rollout.engine` under `cluster.backend`, its syncs checked within `update.sync_tolerance` (or
+    """`rollout.inference` under `cluster.backend`, its syncs checked within `update.sync_tolerance` (or
     `update.sync_tolerance_vllm`: other kernels compute the same weights' logprobs a little apart); `world`
-    training ranks share the cluster. Every engine computes in `dtype`, the trainer's resolved `engine.dtype`.
+    training ranks share the cluster. Every engine computes in `dtype`, the trainer's resolved `deepspeed.dtype`.
     The transformers engine in this process runs the trainer's `module` itself where it can (`SharedRollout`)."""
     from sleuth.training.zero import device
 
@@ -29,7 +30,7 @@ def make_rollout(rollout: RolloutConfig, cluster: ClusterConfig, update: UpdateC
         from sleuth.training.cluster.rollout_engine import RayRollout
 
         return RayRollout(rollout, cluster, update, model_path, dtype, probe_ids, world)
-    if rollout.engine == "vllm":
+    if rollout.inference == "vllm":
         from sleuth.training.rollout.vllm_servers import VLLMRollout
 
         return VLLMRollout(rollout, model_path, probe_ids, update.sync_tolerance_vllm, dtype=dtype)
@@ -48,6 +49,6 @@ def self_play_args(env_args: dict[str, Any], rollout: RolloutEngine, rc: Rollout
     from sleuth.training.rollout.vllm_servers import VLLMRollout
 
     if not isinstance(rollout, VLLMRollout):  # the config refuses it; a rollout built in code may not
-        raise ConfigError("env_args opponent: self needs rollout.engine: vllm")
+        raise ConfigError("env_args opponent: self needs rollout.inference: vllm")
     return {**env_args, "opponent": {**rollout.chat_endpoint(), "temperature": rc.temperature,
                                      "max_tokens": rc.max_tokens}}

@@ -31,7 +31,7 @@ from sleuth.agents.policies.openai_http import OpenAICompletionsPolicy
 from sleuth.agents.policies.routing import RoutedPolicy
 from sleuth.core.net import RetriesExhausted, free_port, send_with_retries, wait_healthy
 from sleuth.training.config import RolloutConfig
-from sleuth.training.rollout.engine import RolloutServerError, WeightSyncError, probe_logits
+from sleuth.training.rollout.in_process import RolloutServerError, WeightSyncError, probe_logits
 from sleuth.training.zero import DIST_VARS, full_state_dict
 
 EXTENSION_DIR = Path(__file__).parents[1] / "sync" / "vllm_ext"
@@ -80,7 +80,7 @@ class VLLMRollout:
     def _start(self, python: str | None, model_path: str, extra: list[str], timeout_s: float, n: int) -> list[str]:
         """`n` servers started together, each waited for."""
         if not python or not Path(python).exists():
-            raise FileNotFoundError("rollout.engine=vllm needs a Python with vLLM: set rollout.vllm_python or "
+            raise FileNotFoundError("rollout.inference=vllm needs a Python with vLLM: set rollout.vllm_python or "
                                     "$SLEUTH_VLLM_PYTHON (`make vllm` builds .venv-vllm), or rollout.vllm_url")
         started = [self._launch(python, model_path, extra) for _ in range(n)]
         for (url, log), proc in zip(started, self.procs, strict=True):
@@ -190,7 +190,7 @@ def server_env() -> dict[str, str]:
 
 def vllm_command(python: str, model_path: str, port: int, dtype: torch.dtype, served: str = "policy") -> list[str]:
     """The command of a vLLM server the trainer can sync and verify (add `rollout.vllm_args` to it). `dtype` is the
-    trainer's resolved `engine.dtype` (`training.engine.resolved_dtype`): an engine in another dtype answers the
+    trainer's resolved `deepspeed.dtype` (`training.engine.resolved_dtype`): an engine in another dtype answers the
     sync's probe ~0.1 apart in logprob (bf16 against fp32), past `update.sync_tolerance_vllm`, so every engine of a
     run computes in the trainer's dtype."""
     return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path, "--served-model-name",

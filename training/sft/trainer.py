@@ -21,9 +21,10 @@ import torch
 import torch.distributed as dist
 
 from sleuth.agents.trajectory import Trajectory
+from sleuth.core.errors import ConfigError
 from sleuth.core.interrupts import HoldUntilStepEnd
 from sleuth.training import checkpoint
-from sleuth.training.config import CheckpointConfig, ConfigError
+from sleuth.training.config import CheckpointConfig
 from sleuth.training.metrics import WandbConfig
 from sleuth.training.rl.batch import micro_batches
 from sleuth.training.rl.forward import ScoredForward
@@ -38,7 +39,7 @@ from sleuth.training.sft.data import (
     score,
 )
 from sleuth.training.zero import (
-    EngineConfig,
+    DeepSpeedConfig,
     device,
     init_distributed,
 )
@@ -92,7 +93,7 @@ class SFTConfig:
     max_steps: int | None = None  # stop early (None: every epoch of every round)
     micro_batch_tokens: int = 4096
     packing: bool = True  # as the RL update's `update.packing`: micro-batches run without padding
-    engine: EngineConfig = field(default_factory=lambda: EngineConfig(lr=5e-5))
+    deepspeed: DeepSpeedConfig = field(default_factory=lambda: DeepSpeedConfig(lr=5e-5))
     checkpoint: CheckpointConfig = field(default_factory=lambda: CheckpointConfig(every=0))
     tensorboard: bool = True
     wandb: WandbConfig = field(default_factory=WandbConfig)
@@ -146,7 +147,7 @@ class SFTTrainer:
         except LeakageError as e:
             raise ConfigError(str(e)) from None
         torch.manual_seed(cfg.seed + self.rank)
-        self.model = load_policy_model(cfg.model, cfg.engine)
+        self.model = load_policy_model(cfg.model, cfg.deepspeed)
         self.model_path, self.tokenizer, self.engine = self.model.path, self.model.tokenizer, self.model.engine
         self.pad_id = self.model.pad_id
         self.forward = ScoredForward(self.engine, self.engine.module, packed=cfg.packing)
@@ -312,10 +313,10 @@ class SFTTrainer:
         """The rejection sampler: a transformers engine running the current weights (the trainer's module itself
         where it holds whole weights, else a copy whose sync is verified)."""
         from sleuth.agents.chat import ChatRenderer
-        from sleuth.training.rollout.engine import SharedRollout, TransformersRollout
+        from sleuth.training.rollout.in_process import SharedRollout, TransformersRollout
         from sleuth.training.zero import holds_whole_weights
 
-        if self._rollout is None and holds_whole_weights(self.cfg.engine):
+        if self._rollout is None and holds_whole_weights(self.cfg.deepspeed):
             self._rollout = SharedRollout(self.engine.module, self.model_path, str(device()),
                                           max_batch=self.cfg.data.concurrency)
         elif self._rollout is None:

@@ -24,7 +24,7 @@ import torch
 
 from sleuth.agents.policies.openai_http import ServerUnreachable
 from sleuth.training.cluster.placement import worker_lost
-from sleuth.training.rollout.engine import WeightSyncError, probe_logits
+from sleuth.training.rollout.in_process import WeightSyncError, probe_logits
 from sleuth.training.sync.weight_stream import Bucket, Link, Rendezvous, bucket_plan, join, plan_bytes, send
 from sleuth.training.zero import full_weights
 
