@@ -86,6 +86,7 @@ def episode(env: Any, task: Any, texts: list[str]) -> float:
 def in_bfcl_venv(spec: str, repeats: int) -> dict[str, float]:
     import sleuth
     from sleuth.envs.families.bfcl import BFCLEnv
+    from sleuth.envs.outcome import reset_info
     from sleuth.tasks import load_tasks
 
     tasks = load_tasks(spec)
@@ -93,7 +94,7 @@ def in_bfcl_venv(spec: str, repeats: int) -> dict[str, float]:
     plays = []
     for t in tasks:
         _, info = env.reset(options={"task": t})
-        plays.append((t, replies(t, info["tools"])))
+        plays.append((t, replies(t, reset_info(info).tools)))
     for t, texts in plays:  # warm-up: imports, bfcl-eval's loaded entries and handler, backend modules
         bfcl_alone(t, texts)
         episode(env, t, texts)
@@ -114,6 +115,7 @@ def main() -> int:
         return 0
     import sleuth
     from sleuth.envs.families.bfcl import BFCL
+    from sleuth.envs.outcome import reset_info
     from sleuth.tasks import load_tasks
 
     inner = subprocess.run([BFCL.python(), "-P", os.path.abspath(__file__), "--inner", "--tasks", args.tasks,
@@ -125,7 +127,7 @@ def main() -> int:
     plays = []
     for t in tasks:
         _, info = env.reset(options={"task": t})
-        plays.append((t, replies(t, info["tools"])))
+        plays.append((t, replies(t, reset_info(info).tools)))
     remote = min(sum(episode(env, t, texts) for t, texts in plays) for _ in range(args.repeats + 1))  # 1st: warm-up
     env.close()
     n, alone, ours = got["items"], got["bfcl_alone_s"], got["env_in_process_s"]

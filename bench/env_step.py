@@ -25,6 +25,7 @@ from common import publish
 import sleuth
 from sleuth.agents.chat import ChatRenderer
 from sleuth.envs import DocReadEnv, TextSpace
+from sleuth.envs.outcome import reset_info
 from sleuth.tasks import load_tasks, qa_docs
 
 ROUNDS, STEPS = 7, 2000
@@ -89,7 +90,7 @@ def retokenise_per_turn(tasks, tokenizer) -> float:
     trajs = list(run_episodes(lambda: DocReadEnv(), tasks, load_policy("oracle"), concurrency=16))
     convos = []
     for task, traj in zip(tasks, sorted(trajs, key=lambda t: [x.id for x in tasks].index(t.task_id)), strict=True):
-        msgs = DocReadEnv().reset(options={"task": task})[1]["messages"]
+        msgs = reset_info(DocReadEnv().reset(options={"task": task})[1]).messages
         for turn in traj.turns:
             convos.append(list(msgs))
             msgs = msgs + [{"role": "assistant", "content": turn.action_text},

@@ -14,6 +14,7 @@ from pathlib import Path
 from common import cpu_name, publish
 
 import sleuth
+from sleuth.envs.outcome import reset_info, step_info
 from sleuth.tasks import load_tasks
 
 EPISODES, ROUNDS = 200, 5
@@ -106,10 +107,10 @@ def textarena_rows() -> tuple[float, float]:
 
     def through_sleuth(seed: int) -> int:
         _, info = made.reset(options={"task": tasks[seed]})
-        legal, n, done = info["legal_actions"], 0, False
+        legal, n, done = reset_info(info).legal_actions, 0, False
         while not done:
             _, _, terminated, truncated, info = made.step(sorted(legal or ["[0]"])[0])
-            legal, n, done = info["legal_actions"], n + 1, terminated or truncated
+            legal, n, done = step_info(info).legal_actions, n + 1, terminated or truncated
         return n
     return per_step_us(direct), per_step_us(through_sleuth)
 

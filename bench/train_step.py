@@ -34,6 +34,7 @@ from sleuth.agents.policies.base import Request, SamplingParams
 from sleuth.agents.policies.hf import TransformersPolicy
 from sleuth.agents.policies.load import load_policy
 from sleuth.agents.policies.models import resolve_model
+from sleuth.envs.outcome import reset_info
 from sleuth.tasks import load_tasks
 
 N_PROMPTS, MAX_TOKENS, ROUNDS = 16, 48, 2
@@ -45,7 +46,7 @@ def prompts(tok) -> list[Request]:
     out = []
     for task in load_tasks("hotpotqa:train", limit=N_PROMPTS):
         _, info = env.reset(options={"task": task})
-        out.append(Request(renderer.prompt_ids(info["messages"]), info["messages"], task))
+        out.append(Request(renderer.prompt_ids(reset_info(info).messages), reset_info(info).messages, task))
     return out
 
 

@@ -10,6 +10,7 @@ import gymnasium
 from gymnasium import spaces
 
 from sleuth.envs.harness import Harness
+from sleuth.envs.outcome import INFO_KEY, ResetInfo, StepInfo
 from sleuth.envs.parsers import ParseResult, ToolCall
 from sleuth.envs.tools import Tool, ToolResult, make_tool
 from sleuth.tasks.base import Task
@@ -98,12 +99,17 @@ class ToolEnv(gymnasium.Env):
         """Extra keyword arguments for the verifier (e.g. the evidence the agent read)."""
         return {}
 
+    def step_read(self) -> dict[str, Any] | None:
+        """The document this step showed, if any (`StepInfo.read`: whether it was gold, re-read, ...); called
+        once a step, before `step_info`."""
+        return None
+
     def step_info(self) -> dict[str, Any]:
-        """Extra per-step facts for `info` (e.g. whether a read document was gold)."""
+        """The env's own per-step facts for `info` beside the typed `StepInfo` (a code run, a test report)."""
         return {}
 
     @classmethod
-    def oracle(cls, task: Task, turn: int, info: dict[str, Any]) -> ToolCall:
+    def oracle(cls, task: Task, turn: int, start: ResetInfo) -> ToolCall:
         """The next tool call of an agent that knows the task's gold, at `turn` of an episode whose reset
         returned `info`: the `oracle` scripted policy plays it, and its episodes must score 1.0, which tests
         env, harness and verifier together. Here: the task's answer, in the first required argument of the
@@ -133,14 +139,15 @@ class ToolEnv(gymnasium.Env):
             self.task = None
             raise
         messages = [{"role": "system", "content": self._system}, {"role": "user", "content": user}]
-        return user, {"messages": messages, "tools": self._schemas, "format": self.harness.format,
-                      "task_id": task.id, "budget": self.harness.budget, "env": self.entry_point()}
+        start = ResetInfo(messages, self._schemas, self.harness.format, self.harness.budget, self.entry_point())
+        return user, {INFO_KEY: start, "task_id": task.id}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.task is None or self.done:
             raise RuntimeError("call reset() before step() (the episode is over or never started)")
         self.turn += 1
-        info: dict[str, Any] = {"turn": self.turn, "tool_call": None, "error": None}
+        out = StepInfo()
+        info: dict[str, Any] = {"turn": self.turn}
         parsed = self._parse(action)
         truncated = False
         reward = 0.0
@@ -148,12 +155,13 @@ class ToolEnv(gymnasium.Env):
             result = ToolResult.failed(parsed.error)
         else:
             call = parsed.calls[0]
-            info["tool_call"] = call.to_dict()
+            out.tool_call = call.to_dict()
             result = self._call(call)
-        info["error"] = result.error
+        out.error = result.error
         obs = result.text
         if len(parsed.calls) > 1:
             obs += f"\n(only one tool call per turn: ignored {len(parsed.calls) - 1} more)"
+        out.read = self.step_read()
         info.update(self.step_info())
         terminated = result.final
         response = result.text if terminated else None
@@ -167,11 +175,11 @@ class ToolEnv(gymnasium.Env):
             self.done = True
             verdict = self.score(response or "")
             reward = float(verdict.score)
-            info["verdict"] = verdict.to_dict()
+            out.verdict = verdict
             info["response"] = response
         obs = self.harness.clip(obs)
-        info["messages"] = [] if self.done else [{"role": "tool", "content": obs}]
-        return obs, reward, terminated, truncated, info
+        out.messages = [] if self.done else [{"role": "tool", "content": obs}]
+        return obs, reward, terminated, truncated, {**info, INFO_KEY: out}
 
     def score(self, response: str) -> Verdict:
         v = self.verifier(self.task, response, **self.verifier_context())

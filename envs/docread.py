@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sleuth.envs.outcome import ResetInfo
 from sleuth.envs.parsers import ToolCall
 from sleuth.envs.qa import QAEnv
 from sleuth.envs.tools import ToolError, tool
@@ -23,7 +24,7 @@ class DocReadEnv(QAEnv):
     default_budget = 3
 
     @classmethod
-    def oracle(cls, task: Task, turn: int, info: dict[str, Any]) -> ToolCall:
+    def oracle(cls, task: Task, turn: int, start: ResetInfo) -> ToolCall:
         """Read the supporting documents by number, in list order, then answer the gold answer."""
         plan = qa_docs(task).gold()
         return ToolCall("read", {"doc": plan[turn]}) if turn < len(plan) else ToolCall("answer", {"text": task.answer})
@@ -69,9 +70,9 @@ class DocReadEnv(QAEnv):
                 return i
         raise ToolError(f"no document titled {doc!r}: give its number from 0 to {len(self.docs) - 1}")
 
-    def step_info(self) -> dict[str, Any]:
+    def step_read(self) -> dict[str, Any] | None:
         read, self._last_read = self._last_read, None
-        return {"read": read} if read else {}
+        return read or None
 
     def verifier_context(self) -> dict[str, Any]:
         return {"evidence": [r["title"] for r in self.reads]}

@@ -22,6 +22,7 @@ from typing import Any
 import gymnasium
 
 from sleuth.core.registry import Entry, Registry, UnknownNameError, target_of
+from sleuth.envs.outcome import ResetInfo
 
 NAMESPACE = "sleuth"
 ENV_GROUP = "sleuth.envs"
@@ -130,3 +131,22 @@ register("Code-v0", "sleuth.envs.code:CodeEnv", source="sleuth")
 register("Search-v0", "sleuth.envs.search:SearchEnv", source="sleuth")
 register("Remote-v0", "sleuth.envs.remote:RemoteEnv", source="sleuth")
 register("SWE-v0", "sleuth.envs.swe:SWEEnv", source="sleuth")
+
+
+def oracle_of(start: ResetInfo) -> Callable[..., Any]:
+    """The `oracle(task, turn, start)` of the env an episode runs in, found by the class its reset names
+    (`ResetInfo.env`, `ToolEnv.entry_point`), also for an env served elsewhere: what the scripted `oracle`
+    policy plays. The env layer resolves its own entry points, as `make` does."""
+    from gymnasium.envs.registration import load_env_creator
+
+    from sleuth.envs.base import ToolEnv
+    from sleuth.envs.families.base import TextGameEnv
+
+    if start.env is None or ":" not in start.env:
+        raise ValueError(f"the oracle plays the env's own oracle (`ToolEnv.oracle`): the reset names no env class "
+                         f"(ResetInfo.env 'module:Class'; got {start.env!r}); only a ToolEnv's or a TextGameEnv's "
+                         "reset gives one")
+    cls = load_env_creator(start.env)
+    if not (isinstance(cls, type) and issubclass(cls, (ToolEnv, TextGameEnv))):
+        raise TypeError(f"{start.env} is neither a ToolEnv nor a TextGameEnv class: the oracle needs its `oracle` hook")
+    return cls.oracle

@@ -9,6 +9,7 @@ import warnings
 from functools import lru_cache
 from typing import Any
 
+from sleuth.envs.outcome import ResetInfo
 from sleuth.envs.parsers import ToolCall
 from sleuth.envs.qa import QAEnv
 from sleuth.envs.retrieval.base import Retriever
@@ -73,11 +74,11 @@ class SearchEnv(QAEnv):
         super().__init__(**kwargs)
 
     @classmethod
-    def oracle(cls, task: Task, turn: int, info: dict[str, Any]) -> ToolCall:
+    def oracle(cls, task: Task, turn: int, start: ResetInfo) -> ToolCall:
         """Search for each supporting title and open it (open only, if the budget is short), then answer the
         gold answer. The shipped corpora use titles as ids, so a supporting title is the id to open."""
         gold = qa_docs(task, missing_ok=True).supporting
-        per_doc = 2 if 2 * len(gold) <= info.get("budget", 0) else 1
+        per_doc = 2 if 2 * len(gold) <= (start.budget or 0) else 1
         if turn >= per_doc * len(gold):
             return ToolCall("answer", {"text": task.answer})
         title = gold[turn // per_doc]
@@ -163,9 +164,12 @@ class SearchEnv(QAEnv):
         doc = self.retriever.get(doc_id)
         return doc is not None and doc.title in self.gold
 
+    def step_read(self) -> dict[str, Any] | None:
+        return (self._event or {}).get("read")
+
     def step_info(self) -> dict[str, Any]:
         event, self._event = self._event, None
-        return event or {}
+        return {k: v for k, v in (event or {}).items() if k != "read"}
 
     def verifier_context(self) -> dict[str, Any]:
         return {"evidence": [o["title"] for o in self.opened]}

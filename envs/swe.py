@@ -13,6 +13,7 @@ import subprocess
 from typing import Any
 
 from sleuth.envs.base import ToolEnv
+from sleuth.envs.outcome import ResetInfo
 from sleuth.envs.parsers import ToolCall
 from sleuth.envs.tools import ToolError, tool
 from sleuth.sandbox import Sandbox
@@ -55,7 +56,7 @@ class SWEEnv(ToolEnv):
         return SWEVerifier(self.cache, self.sandbox)
 
     @classmethod
-    def oracle(cls, task: Task, turn: int, info: dict[str, Any]) -> ToolCall:
+    def oracle(cls, task: Task, turn: int, start: ResetInfo) -> ToolCall:
         """Replay the gold patch through the tools (`swe_gold_plan`); past its end, submit again."""
         plan = swe_gold_plan(task.answer)
         return plan[min(turn, len(plan) - 1)]

@@ -38,6 +38,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
 
     from sleuth.core.net import limit_body
     from sleuth.envs.families.base import EnvFailure
+    from sleuth.envs.outcome import wire
     from sleuth.envs.registry import make
     from sleuth.envs.remote import MAX_ACTION_CHARS
 
@@ -123,7 +124,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
             except (ValueError, TypeError, KeyError) as e:
                 return JSONResponse({"detail": f"reset failed: {type(e).__name__}: {e}"}, 422)
             s["reset"] = True
-        return {"observation": obs, "info": _wire(info)}
+        return {"observation": obs, "info": _wire(wire(info))}
 
     @app.post("/sessions/{sid}/step")
     def step(sid: str, req: Step):
@@ -145,7 +146,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
             if terminated or truncated:
                 s["reset"] = False
             out = {"observation": obs, "reward": float(reward), "terminated": bool(terminated),
-                   "truncated": bool(truncated), "info": _wire(info)}
+                   "truncated": bool(truncated), "info": _wire(wire(info))}
             s["last_step"] = (req.seq, out) if req.seq is not None else None
         return out
 

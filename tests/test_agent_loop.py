@@ -9,6 +9,7 @@ from sleuth.agents.chat import ChatRenderer
 from sleuth.agents.loop.episodes import run_episodes
 from sleuth.agents.policies.base import Generation, SamplingParams
 from sleuth.agents.policies.load import load_policy
+from sleuth.envs.outcome import reset_info
 from sleuth.tasks import Task
 
 
@@ -23,7 +24,7 @@ def conversation(traj, reset_messages):
 
 def reset_messages(task, harness):
     env = sleuth.make("DocRead-v0", harness=harness)
-    return env.reset(options={"task": task})[1]["messages"]
+    return reset_info(env.reset(options={"task": task})[1]).messages
 
 
 @pytest.mark.parametrize("harness", ["json", "text"])

@@ -21,6 +21,7 @@ from sleuth.agents.policies.base import Generation
 from sleuth.agents.policies.load import load_policy, load_tokenizer
 from sleuth.envs.families import venv_server
 from sleuth.envs.families.bfcl import BFCL
+from sleuth.envs.outcome import reset_info, step_info
 from sleuth.envs.remote import RemoteEnvError
 from sleuth.tasks import load_tasks
 from sleuth.tasks.bfcl import CATEGORIES, MULTI_TURN, BFCLDataError, scenario_of
@@ -128,13 +129,13 @@ def test_a_wrong_answer_scores_zero_with_the_checkers_reason():
     task = _task("simple_python_0")  # calculate_triangle_area(base=10, height=5)
     env = sleuth.make("bfcl:simple_python")
     _, info = env.reset(options={"task": task})
-    assert [t["function"]["name"] for t in info["tools"]] == ["calculate_triangle_area"]
-    assert "calculate_triangle_area" in info["messages"][0]["content"]  # the tools in the system message
+    assert [t["function"]["name"] for t in reset_info(info).tools] == ["calculate_triangle_area"]
+    assert "calculate_triangle_area" in reset_info(info).messages[0]["content"]  # the tools in the system message
     _, reward, terminated, _, info = env.step(call("calculate_triangle_area", base=10, height=6))
-    assert terminated and reward == 0.0 and info["verdict"]["details"]["error_type"] == "value_error:others"
+    assert terminated and reward == 0.0 and step_info(info).verdict.details["error_type"] == "value_error:others"
     env.reset(options={"task": task})  # the right answer: the checker's score is the reward training reads
     _, reward, terminated, _, info = env.step(call("calculate_triangle_area", base=10, height=5))
-    assert terminated and reward == 1.0 == info["verdict"]["score"]
+    assert terminated and reward == 1.0 == step_info(info).verdict.score
     env.close()
 
 
@@ -142,23 +143,24 @@ def test_a_wrong_answer_scores_zero_with_the_checkers_reason():
 def test_bad_calls_get_bfcls_own_outcomes_and_a_turn_that_never_ends_is_force_quit():
     env = sleuth.make("bfcl:multi_turn_base")
     _, info = env.reset(options={"task": _task("multi_turn_base_0")})
-    assert {"cd", "mv", "mkdir"} <= {t["function"]["name"] for t in info["tools"]}
+    assert {"cd", "mv", "mkdir"} <= {t["function"]["name"] for t in reset_info(info).tools}
     obs, _, done, _, info = env.step(call("cd", folder="no_such_folder"))  # the backend's own error
-    assert not done and info["messages"][0]["role"] == "tool" and "No such file or directory" in obs
+    assert not done and step_info(info).messages[0]["role"] == "tool" and "No such file or directory" in obs
     obs, _, done, _, info = env.step(call("cd", directory="document"))  # a wrong argument name
     assert not done and obs.startswith("Error during execution:") and "unexpected keyword argument" in obs
     for _ in range(18):  # 21 steps in one turn: BFCL force-quits the item at the 21st (MAXIMUM_STEP_LIMIT 20)
         obs, reward, done, _, info = env.step(call("ls"))
         assert not done
     obs, reward, done, truncated, info = env.step(call("ls"))
-    assert done and reward == 0.0 and info["verdict"]["details"]["force_quit"]
-    assert info["verdict"]["details"]["error_type"] == "multi_turn:force_terminated"
+    assert done and reward == 0.0 and step_info(info).verdict.details["force_quit"]
+    assert step_info(info).verdict.details["error_type"] == "multi_turn:force_terminated"
     # a call to a function the item does not offer is dropped, so a reply of only such calls ends the user turn
     _, info = env.reset(options={"task": _task("multi_turn_base_0")})
     obs, _, done, _, info = env.step(call("rm_rf", path="/"))
-    assert not done and info["messages"][0]["role"] == "user" and "grep" in obs and "(dropped)" in info["error"]
+    out = step_info(info)
+    assert not done and out.messages[0]["role"] == "user" and "grep" in obs and "(dropped)" in out.error
     obs, _, done, _, info = env.step('<tool_call>{"name": "cd", "arguments": {"folder": </tool_call>')  # bad JSON
-    assert not done and info["messages"][0]["role"] == "user"  # ends the turn, as BFCL's decoding failure does
+    assert not done and step_info(info).messages[0]["role"] == "user"  # ends the turn, as BFCL's decoding failure does
     env.close()
 
 

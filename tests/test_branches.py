@@ -9,6 +9,7 @@ import sleuth
 from sleuth.agents.loop.episodes import run_episodes
 from sleuth.agents.loop.scheduler import Branch
 from sleuth.agents.policies.load import load_policy
+from sleuth.envs.outcome import step_info
 
 
 def _docread():
@@ -54,8 +55,8 @@ class Drifting(gymnasium.Wrapper):
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        if info.get("messages"):
-            info["messages"] = [{**m, "content": f"{m['content']} ({Drifting.resets})"} for m in info["messages"]]
+        out = step_info(info)
+        out.messages = [{**m, "content": f"{m['content']} ({Drifting.resets})"} for m in out.messages]
         return obs, reward, terminated, truncated, info
 
 

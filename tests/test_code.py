@@ -5,6 +5,7 @@ import pytest
 import sleuth
 from sleuth.cli.main import main
 from sleuth.envs import extract_code
+from sleuth.envs.outcome import step_info
 from sleuth.sandbox import SandboxPool
 from sleuth.tasks import load_tasks
 from sleuth.verifiers.code import CodeVerifier, code_spec
@@ -111,7 +112,7 @@ def test_code_env_run_and_submit(mbpp):
     obs, r, term, trunc, info = env.step(call("run", mbpp[1].answer))
     assert obs.startswith("the example test passed") and info["run"]["example_passed"]
     obs, r, term, trunc, info = env.step(call("submit", f"```python\n{mbpp[1].answer}\n```"))
-    assert term and r == 1.0 and info["verdict"]["details"]["passed"] == 3
+    assert term and r == 1.0 and step_info(info).verdict.details["passed"] == 3
 
 
 def test_code_env_text_harness_takes_multiline_fences(mbpp):

@@ -16,6 +16,7 @@ from sleuth.cli.main import main
 from sleuth.core.net import free_port
 from sleuth.envs.families import EnvFailure, MissingExtraError
 from sleuth.envs.families.base import require
+from sleuth.envs.outcome import reset_info, step_info
 from sleuth.envs.registry import UnknownEnvError
 from sleuth.tasks import LeakageError, check_tasks, held_out_specs, load_held_out, load_tasks
 
@@ -143,7 +144,8 @@ def test_rule_breaking_is_judged_by_the_game_for_the_policy_and_the_opponent():
     env.step("I'd rather not")  # TextArena warns once ...
     _, reward, terminated, _, info = env.step("still no")  # ... then the offender loses
     assert terminated and reward == -1.0
-    assert info["verdict"]["details"]["invalid_move"] == 1.0 and info["verdict"]["details"]["outcome"] == "loss"
+    details = step_info(info).verdict.details
+    assert details["invalid_move"] == 1.0 and details["outcome"] == "loss"
 
     class Vandal:
         def new_game(self):
@@ -155,7 +157,7 @@ def test_rule_breaking_is_judged_by_the_game_for_the_policy_and_the_opponent():
     env = sleuth.make("textarena:TicTacToe-v0", opponent=Vandal())
     env.reset(options={"task": load_tasks("seeds:1")[0]})
     _, reward, done, _, info = env.step("[4]")  # the opponent's two illegal replies to it lose the game
-    assert done and reward == 1.0 and info["verdict"]["details"]["outcome"] == "win"
+    assert done and reward == 1.0 and step_info(info).verdict.details["outcome"] == "win"
 
 
 def test_a_model_opponent_plays_its_seat_through_an_openai_server_and_its_death_fails_the_episode(tiny_model_dir):
@@ -208,16 +210,16 @@ def test_an_openenv_action_model_becomes_a_tool_and_malformed_calls_are_observat
     monkeypatch.syspath_prepend(FOREIGN)
     env = sleuth.make(GUESS)
     _, info = env.reset(options={"task": load_tasks("seeds:5")[0]})
-    assert [t["function"]["name"] for t in info["tools"]] == ["guess"] and info["format"] == "json"
-    params = info["tools"][0]["function"]["parameters"]
+    assert [t["function"]["name"] for t in reset_info(info).tools] == ["guess"] and reset_info(info).format == "json"
+    params = reset_info(info).tools[0]["function"]["parameters"]
     assert params["required"] == ["guess"] and "metadata" not in params["properties"]
     target = env.env.target
     for action, error in [("guess 3", "no tool call"), (_call(-3), "refused"), (_call("x"), "must be integer"),
                           ('<tool_call>{"name": "gues", "arguments": {"guess": 2}}</tool_call>', "unknown tool")]:
         obs, reward, terminated, _, info = env.step(action)
-        assert error in info["error"] and not terminated and reward == 0.0
+        assert error in step_info(info).error and not terminated and reward == 0.0
     obs, reward, terminated, _, info = env.step(_call(target))
-    assert terminated and reward == 1.0 and info["verdict"]["score"] == 1.0 and info["error"] is None
+    assert terminated and reward == 1.0 and step_info(info).verdict.score == 1.0 and step_info(info).error is None
 
 
 def test_an_env_that_raises_in_step_fails_the_episode_and_is_never_scored(monkeypatch, tokenizer):
@@ -294,21 +296,21 @@ def _mcp_call(name: str, **args) -> str:
 def _play_calc(env, a: int, b: int) -> None:
     """add (a bad call first), then submit: each tool under its own name and schema, a failure an observation."""
     obs, reward, terminated, _, info = env.step(_mcp_call("add", a="x", b=b))
-    assert "must be integer" in info["error"] and not terminated
+    assert "must be integer" in step_info(info).error and not terminated
     obs, reward, terminated, _, info = env.step(_mcp_call("mul", a=a, b=b))
-    assert "unknown tool" in info["error"] and not terminated
+    assert "unknown tool" in step_info(info).error and not terminated
     obs, reward, terminated, _, _ = env.step(_mcp_call("add", a=a, b=b))
     assert obs.strip().endswith(str(a + b)) and reward == 0.0 and not terminated
     obs, reward, terminated, _, info = env.step(_mcp_call("submit", answer=a + b))
-    assert terminated and reward == 1.0 and info["verdict"]["score"] == 1.0
+    assert terminated and reward == 1.0 and step_info(info).verdict.score == 1.0
 
 
 def test_an_openenv_mcp_env_offers_its_mcp_tools(monkeypatch):
     monkeypatch.syspath_prepend(FOREIGN)
     env = sleuth.make(MCP_CALC)
     obs, info = env.reset(options={"task": load_tasks("seeds:5")[0]})
-    assert "Use the tools" in obs and [t["function"]["name"] for t in info["tools"]] == ["add", "submit"]
-    assert info["tools"][0]["function"]["parameters"]["required"] == ["a", "b"]
+    assert "Use the tools" in obs and [t["function"]["name"] for t in reset_info(info).tools] == ["add", "submit"]
+    assert reset_info(info).tools[0]["function"]["parameters"]["required"] == ["a", "b"]
     _play_calc(env, env.env.a, env.env.b)
 
 
@@ -324,7 +326,7 @@ def test_an_openenv_mcp_server_offers_its_tools_through_openenv_cores_client(mon
     with _served(app) as port:
         env = sleuth.make(f"openenv:http://127.0.0.1:{port}")
         obs, info = env.reset(options={"task": load_tasks("seeds:5")[0]})
-        assert [t["function"]["name"] for t in info["tools"]] == ["add", "submit"]
+        assert [t["function"]["name"] for t in reset_info(info).tools] == ["add", "submit"]
         local = sleuth.make(MCP_CALC)
         local.reset(seed=5)
         _play_calc(env, local.env.a, local.env.b)

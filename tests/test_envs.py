@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 import sleuth
 from sleuth.envs import DocReadEnv, ToolEnv, tool
+from sleuth.envs.outcome import reset_info, step_info
 from sleuth.tasks import Task
 
 
@@ -36,39 +37,39 @@ def test_reset_info_carries_messages_and_tool_schemas(hotpot_tasks):
     env = sleuth.make("DocRead-v0")
     obs, info = env.reset(options={"task": hotpot_tasks[0]})
     assert obs.startswith("Question: Between Harvey Pekar") and "[7] Harvey Pekar" in obs
-    assert [m["role"] for m in info["messages"]] == ["system", "user"]
-    assert {s["function"]["name"] for s in info["tools"]} == {"read", "answer"}
-    assert info["format"] == "json" and info["budget"] == 3
+    assert [m["role"] for m in reset_info(info).messages] == ["system", "user"]
+    assert {s["function"]["name"] for s in reset_info(info).tools} == {"read", "answer"}
+    assert reset_info(info).format == "json" and reset_info(info).budget == 3
     assert env.observation_space.contains(obs)
 
 
 def test_reads_are_recorded_with_gold_and_reread(env):
     obs, r, term, trunc, info = env.step(call("read", doc=7))
     assert obs.startswith("[7] Harvey Pekar\nHarvey Lawrence Pekar") and "(2 reads left)" in obs
-    assert info["read"] == {"turn": 1, "doc": 7, "title": "Harvey Pekar", "gold": True, "reread": False,
+    assert step_info(info).read == {"turn": 1, "doc": 7, "title": "Harvey Pekar", "gold": True, "reread": False,
                             "answer": False}
-    assert info["messages"] == [{"role": "tool", "content": obs}]
+    assert step_info(info).messages == [{"role": "tool", "content": obs}]
     _, _, _, _, info = env.step(call("read", doc="Harvey Pekar"))  # by title, a re-read
-    assert info["read"]["reread"] and info["read"]["doc"] == 7
+    assert step_info(info).read["reread"] and step_info(info).read["doc"] == 7
     _, _, _, _, info = env.step(call("read", doc=0))
-    assert info["read"]["gold"] is False
+    assert step_info(info).read["gold"] is False
 
 
 def test_a_read_says_whether_its_document_holds_the_answer(env, hotpot_tasks):
     assert env.unwrapped.task.answer == "Denise Levertov"
     _, _, _, _, info = env.step(call("read", doc=4))  # "Priscilla Denise Levertov (...) was an American poet."
-    assert info["read"]["answer"] is True and info["read"]["gold"] is True
+    assert step_info(info).read["answer"] is True and step_info(info).read["gold"] is True
     yes_no = next(t for t in hotpot_tasks if t.answer in ("yes", "no"))
     env.reset(options={"task": yes_no})
     _, _, _, _, info = env.step(call("read", doc=0))
-    assert info["read"]["answer"] is None  # a yes/no answer is never a span of a document
+    assert step_info(info).read["answer"] is None  # a yes/no answer is never a span of a document
 
 
 def test_answer_scores_f1_and_support_recall(env):
     env.step(call("read", doc=4))
     obs, reward, term, trunc, info = env.step(call("answer", text="Levertov"))
     assert term and not trunc and reward == pytest.approx(2 / 3)
-    assert info["verdict"]["details"] == {"em": 0.0, "f1": pytest.approx(2 / 3), "prediction": "Levertov",
+    assert step_info(info).verdict.details == {"em": 0.0, "f1": pytest.approx(2 / 3), "prediction": "Levertov",
                                           "support_recall": 0.5}
     with pytest.raises(RuntimeError, match="reset"):
         env.step(call("answer", text="x"))
@@ -89,7 +90,7 @@ def test_answer_scores_f1_and_support_recall(env):
 )
 def test_malformed_actions_are_observations_not_exceptions(env, action, message):
     obs, reward, term, trunc, info = env.step(action)
-    assert message in obs and message in info["error"]
+    assert message in obs and message in step_info(info).error
     assert (reward, term, trunc) == (0.0, False, False) and "(2 reads left)" in obs
 
 
@@ -99,13 +100,13 @@ def test_errors_use_the_budget_then_one_last_turn_then_truncation(env):
         assert f"({left} reads left)" in obs or left == 0
     assert "no reads left: call answer now" in obs
     obs, reward, term, trunc, info = env.step(call("read", doc=1))
-    assert trunc and not term and reward == 0.0 and info["verdict"]["score"] == 0.0
-    assert info["messages"] == []
+    assert trunc and not term and reward == 0.0 and step_info(info).verdict.score == 0.0
+    assert step_info(info).messages == []
 
 
 def test_non_string_action_is_reported(env):
     obs, *_ , info = env.step(42)
-    assert "must be text" in info["error"]
+    assert "must be text" in step_info(info).error
 
 
 def test_reset_samples_from_tasks_and_rejects_missing(hotpot_tasks):
@@ -153,7 +154,7 @@ def test_a_crashing_tool_becomes_an_observation():
     env = Buggy(verifier=lambda t, r: sleuth.Verdict(0.0))
     env.reset(options={"task": Task(id="x", question="q")})
     obs, *_, info = env.step(call("boom"))
-    assert "tool 'boom' failed: ZeroDivisionError" in info["error"]
+    assert "tool 'boom' failed: ZeroDivisionError" in step_info(info).error
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -179,7 +180,7 @@ def test_a_5000_digit_number_in_a_tool_call_is_a_tool_error_not_a_crash(harness,
     env = sleuth.make("DocRead-v0", harness=harness)
     env.reset(options={"task": load_tasks("hotpotqa:train", limit=1)[0]})
     _, reward, terminated, _, info = env.step(call)
-    assert info["error"] and not terminated and reward == 0
+    assert step_info(info).error and not terminated and reward == 0
     _, _, terminated, _, info = env.step("answer: x" if harness == "text" else
                                          '<tool_call>{"name": "answer", "arguments": {"text": "x"}}</tool_call>')
     assert terminated  # the env carries on
@@ -249,4 +250,4 @@ def test_read_by_title_matches_a_title_ending_in_a_period(hotpot_tasks):
     for action in ("read Joseph Seamon Cotter Sr.", "read  joseph seamon  cotter sr",
                    'read "Joseph Seamon Cotter Sr."'):
         _, _, _, _, info = env.step(action)
-        assert info["read"]["doc"] == 3, action
+        assert step_info(info).read["doc"] == 3, action

@@ -14,6 +14,7 @@ import pytest
 import sleuth
 from sleuth.agents.loop.episodes import run_episodes
 from sleuth.agents.policies.load import load_policy
+from sleuth.envs.outcome import reset_info
 from sleuth.envs.registry import UnknownEnvError
 from sleuth.tasks import load_tasks
 
@@ -48,7 +49,7 @@ def test_gem_user_env_runs_as_gem_makes_it(user_modules: None) -> None:
     obs, info = env.reset(options={"task": load_tasks("seeds:7")[0]})
     mine = gem.make("game:CodeLock-v0")  # the user's id, registered by importing their module
     assert obs == mine.reset(seed=7)[0]  # the episode GEM itself makes for the seed
-    assert all(m.startswith("\\boxed{") for m in info["legal_actions"])  # the env's own sample_random_action
+    assert all(m.startswith("\\boxed{") for m in reset_info(info).legal_actions)  # the env's own sample_random_action
     trajs = list(run_episodes(lambda: sleuth.make(GEM), load_tasks("seeds:0-3"), load_policy("random-legal")))
     assert len(trajs) == 4 and all(t.verdict is not None for t in trajs)
     with pytest.raises(UnknownEnvError, match="did you mean 'gem:gem_user_env:game:CodeLock-v0'"):
@@ -64,7 +65,7 @@ def test_textarena_user_game_runs_against_the_random_legal_opponent(user_modules
     env = sleuth.make(TA)
     assert env.env_args()["num_players"] == 2  # the game's TwoPlayerState takes two
     _, info = env.reset(options={"task": load_tasks("seeds:3")[0]})
-    assert set(info["legal_actions"]) <= {"[1]", "[2]", "[3]"} and info["legal_actions"]
+    assert set(reset_info(info).legal_actions) <= {"[1]", "[2]", "[3]"} and reset_info(info).legal_actions
     trajs = list(run_episodes(lambda: sleuth.make(TA), load_tasks("seeds:0-3"), load_policy("random-legal")))
     assert all(t.verdict.details["outcome"] in ("win", "loss") for t in trajs)
 

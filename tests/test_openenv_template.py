@@ -19,6 +19,7 @@ from sleuth.agents.loop.episodes import run_episodes
 from sleuth.agents.policies.base import Generation
 from sleuth.core.net import free_port, retry_counts, wait_healthy
 from sleuth.envs.families.base import MAX_INVALID_ACTIONS
+from sleuth.envs.outcome import reset_info, step_info
 from sleuth.tasks import load_tasks
 
 pytest.importorskip("openenv.core")
@@ -72,12 +73,12 @@ def test_the_openenv_init_template_runs_in_process_without_extra_arguments(scaff
     monkeypatch.syspath_prepend(str(scaffold))
     env = sleuth.make(f"openenv:{NAME}.server.{NAME}_environment:EchoEnvironment", max_turns=2)
     _, info = env.reset(options={"task": load_tasks("seeds:3")[0]})  # its reset(self) takes no seed
-    assert [t["function"]["name"] for t in info["tools"]] == ["echo"]  # the action from step's annotation
+    assert [t["function"]["name"] for t in reset_info(info).tools] == ["echo"]  # the action from step's annotation
     obs, reward, terminated, truncated, info = env.step(_echo("hello"))
     assert json.loads(obs) == {"echoed_message": "hello", "message_length": 5}
     assert reward == pytest.approx(0.5) and not terminated and not truncated
     obs, reward, terminated, truncated, info = env.step(_echo("hi"))
-    assert truncated and info["verdict"]["score"] == pytest.approx(0.7)  # the return, cut by max_turns
+    assert truncated and step_info(info).verdict.score == pytest.approx(0.7)  # the return, cut by max_turns
     env.close()
 
 
@@ -110,7 +111,7 @@ def test_a_valid_call_resets_the_count_and_the_limit_is_a_setting(scaffold, monk
     env.reset(seed=0)
     assert not env.step("no call")[3] and not env.step(_echo("ok"))[3] and not env.step("no call")[3]
     _, _, terminated, truncated, info = env.step("still none")
-    assert truncated and not terminated and info["stop_reason"] == "invalid_actions"
+    assert truncated and not terminated and step_info(info).stop_reason == "invalid_actions"
     with pytest.raises(ValueError, match="max_invalid_actions must be"):
         sleuth.make(f"openenv:{NAME}.server.{NAME}_environment:EchoEnvironment", max_invalid_actions=0)
 

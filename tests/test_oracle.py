@@ -6,11 +6,12 @@ import pytest
 import sleuth
 from sleuth.agents.loop.episodes import run_episodes
 from sleuth.agents.policies.load import load_policy
-from sleuth.agents.policies.scripted import env_class
 from sleuth.envs import ToolEnv, tool
 from sleuth.envs.code import CodeEnv
 from sleuth.envs.docread import DocReadEnv
+from sleuth.envs.outcome import ResetInfo, reset_info
 from sleuth.envs.parsers import get_parser
+from sleuth.envs.registry import oracle_of
 from sleuth.envs.search import SearchEnv
 from sleuth.tasks import Task, load_tasks, qa_docs
 from sleuth.verifiers.base import Verdict
@@ -35,23 +36,25 @@ class Shout(ToolEnv):
 def play(env, task: Task) -> tuple[float, list]:
     """Run the env's own oracle through `step` as a policy would (rendered in the env's format)."""
     _, info = env.reset(options={"task": task})
-    cls, calls = env_class(info), []
+    start = reset_info(info)
+    oracle, calls = oracle_of(start), []
     for turn in range(50):
-        call = cls.oracle(task, turn, info)
+        call = oracle(task, turn, start)
         calls.append(call)
-        _, reward, terminated, truncated, _ = env.step(get_parser(info["format"]).render(call))
+        _, reward, terminated, truncated, _ = env.step(get_parser(reset_info(info).format).render(call))
         if terminated or truncated:
             return reward, calls
     raise AssertionError("the oracle never ended the episode")
 
 
-def test_reset_info_names_the_env_class_the_oracle_is_found_by(hotpot_tasks):
+def test_the_reset_names_the_env_class_the_env_registry_finds_the_oracle_by(hotpot_tasks):
     _, info = sleuth.make("DocRead-v0").reset(options={"task": hotpot_tasks[0]})
-    assert info["env"] == "sleuth.envs.docread:DocReadEnv" and env_class(info) is DocReadEnv
-    with pytest.raises(ValueError, match="the reset info names no env class"):
-        env_class({"tools": []})
+    start = reset_info(info)
+    assert start.env == "sleuth.envs.docread:DocReadEnv" and oracle_of(start) == DocReadEnv.oracle
+    with pytest.raises(ValueError, match="the reset names no env class"):
+        oracle_of(ResetInfo([]))
     with pytest.raises(TypeError, match="is neither a ToolEnv nor a TextGameEnv class"):
-        env_class({"env": "sleuth.tasks.base:Task"})
+        oracle_of(ResetInfo([], env="sleuth.tasks.base:Task"))
 
 
 @pytest.mark.parametrize("harness", ["json", "text"])

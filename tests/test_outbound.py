@@ -15,6 +15,7 @@ import pytest
 
 from sleuth.core.net import subprocess_server
 from sleuth.envs.outbound.session import OVER, ToolSession
+from sleuth.envs.outcome import reset_info
 from sleuth.tasks import write_tasks
 
 DOCREAD = "sleuth/DocRead-v0"
@@ -80,12 +81,13 @@ def test_a_served_sleuth_env_comes_back_into_sleuth_as_an_openenv_mcp_env(hotpot
     with subprocess_server(["openenv", "--env", DOCREAD, "--tasks", str(path)]) as (url, _):
         env = sleuth.make(f"openenv:{url}")
         obs, info = env.reset(seed=1)
-        assert obs.startswith("Question:") and [t["function"]["name"] for t in info["tools"]] == ["read", "answer"]
+        tools = [t["function"]["name"] for t in reset_info(info).tools]
+        assert obs.startswith("Question:") and tools == ["read", "answer"]
         read = env.step(f'<tool_call>{json.dumps({"name": "read", "arguments": {"doc": 0}})}</tool_call>')
         assert read[0].startswith("[0]") and not read[2]
         call = {"name": "answer", "arguments": {"text": hotpot_tasks[1].answer}}
         _, reward, terminated, _, info = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
-        assert terminated and reward == 1.0 and info["verdict"]["score"] == 1.0
+        assert terminated and reward == 1.0 and step_info(info).verdict.score == 1.0
         env.close()
 
 
@@ -107,7 +109,7 @@ def test_gem_make_builds_sleuth_envs_after_one_import(hotpot_tasks):
     obs, info = env.reset(seed=1)
     assert info["task_id"] == hotpot_tasks[1].id and "answer" in obs and hotpot_tasks[1].question in obs
     obs, reward, terminated, truncated, info = env.step("I think I will read.")  # no tool call: the env says so
-    assert not terminated and reward == 0.0 and info["error"]
+    assert not terminated and reward == 0.0 and info["error"]  # GEM's own info
     answer = {"name": "answer", "arguments": {"text": hotpot_tasks[1].answer}}
     call = f"<tool_call>{json.dumps(answer)}</tool_call>"
     _, reward, terminated, truncated, info = env.step(call)

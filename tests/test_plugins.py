@@ -9,6 +9,7 @@ import pytest
 
 import sleuth
 from sleuth.cli.main import main
+from sleuth.envs.outcome import reset_info
 from sleuth.envs.registry import ENVS, load_plugins, registrations
 from sleuth.tasks import load_tasks
 from sleuth.verifiers.registry import VERIFIERS, get_verifier, score
@@ -73,7 +74,7 @@ def test_plugin_env_task_loader_and_verifier(plugin_package, capsys):
 def test_module_colon_class_builds_any_env(hotpot_tasks):
     env = sleuth.make("sleuth.envs.docread:DocReadEnv", budget=1)
     obs, info = env.reset(options={"task": hotpot_tasks[0]})
-    assert info["budget"] == 1
+    assert reset_info(info).budget == 1
 
 
 def test_a_broken_plugin_costs_only_its_own_names(tmp_path, monkeypatch):

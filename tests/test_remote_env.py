@@ -11,6 +11,7 @@ import sleuth
 from sleuth.agents.loop.episodes import run_episodes
 from sleuth.agents.policies.load import load_policy
 from sleuth.core.net import free_port, in_thread, retry_counts, subprocess_server
+from sleuth.envs.outcome import reset_info, step_info, wire
 from sleuth.envs.remote import RemoteEnv, RemoteEnvError
 from sleuth.servers.env import create_app
 
@@ -47,10 +48,14 @@ def test_remote_env_behaves_like_the_local_one(hotpot_tasks):
         remote = sleuth.make("Remote-v0", url=url, harness="json")
         local = sleuth.make("DocRead-v0", harness="json")
         task = hotpot_tasks[0]
-        assert remote.reset(options={"task": task}) == local.reset(options={"task": task})
+        def wired(result):  # the local env's typed info as the wire carries it
+            *head, info = result
+            return (*head, wire(info))
+
+        assert remote.reset(options={"task": task}) == wired(local.reset(options={"task": task}))
         for action in ['<tool_call>{"name": "read", "arguments": {"doc": 7}}</tool_call>', "junk",
                        '<tool_call>{"name": "answer", "arguments": {"text": "Denise Levertov"}}</tool_call>']:
-            assert remote.step(action) == local.step(action)
+            assert remote.step(action) == wired(local.step(action))
         remote.close()
 
 
@@ -116,8 +121,10 @@ def test_a_reset_by_seed_plays_the_episode_the_env_plays_in_process():
     with in_thread(create_app("reasoning_gym:chain_sum")) as url:
         remote, local = RemoteEnv(url), sleuth.make("reasoning_gym:chain_sum")
         for seed in (2, 7, 2):
-            assert remote.reset(seed=seed) == local.reset(seed=seed)
-        assert asyncio.run(async_reset(url)) == local.reset(seed=2)
+            obs, info = local.reset(seed=seed)
+            assert remote.reset(seed=seed) == (obs, wire(info))
+        obs, info = local.reset(seed=2)
+        assert asyncio.run(async_reset(url)) == (obs, wire(info))
         remote.close()
     with in_thread(create_app("sleuth/DocRead-v0")) as url:
         with pytest.raises(RemoteEnvError, match=r"reset needs options=\{'task': Task\}"):
@@ -132,7 +139,7 @@ def test_async_remote_env_runs_concurrent_episodes(hotpot_tasks):
     async def episode(url, task):
         env = AsyncRemoteEnv(url, harness="text")
         obs, info = await env.reset(options={"task": task})
-        assert info["format"] == "text"
+        assert reset_info(info).format == "text"
         _, reward, terminated, _, _ = await env.step(f"answer: {task.answer}")
         await env.aclose()
         return reward, terminated
@@ -172,7 +179,7 @@ def test_a_failed_reset_leaves_a_local_env_reusable(hotpot_tasks):
     with pytest.raises(RuntimeError, match="call reset"):
         env.step("read 0")
     env.reset(options={"task": hotpot_tasks[0]})
-    assert env.step("read 0")[4]["error"] is None
+    assert step_info(env.step("read 0")[4]).error is None
 
 
 def _chunks(total_mb: int):

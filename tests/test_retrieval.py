@@ -7,6 +7,7 @@ import pytest
 import sleuth
 from sleuth.cli.main import main
 from sleuth.core.net import in_thread
+from sleuth.envs.outcome import step_info
 from sleuth.envs.retrieval.base import Hit
 from sleuth.envs.retrieval.bm25 import BM25Index
 from sleuth.envs.retrieval.client import RetrievalClient, RetrievalError
@@ -150,13 +151,13 @@ def test_search_env_with_server_and_gold_title_queries(server, hotpot_tasks):
         obs, *_, info = env.step(call("open", doc_id=title))
         assert info["open"]["gold"] and obs.startswith(f"[{title}] {title}\n")
     obs, reward, term, trunc, info = env.step(call("answer", text=task.answer))
-    assert term and reward == 1.0 and info["verdict"]["details"]["support_recall"] == 1.0
+    assert term and reward == 1.0 and step_info(info).verdict.details["support_recall"] == 1.0
     remote = sleuth.make("Search-v0", retriever=server, harness="tags")
     remote.reset(options={"task": task})
     obs, *_, info = remote.step("<think>hmm</think><search> capital of France </search>")
     assert obs.startswith("<information>1. [a] Paris:") and info["search"]["retrieved"][0] == "a"
     obs, *_, info = remote.step("<open>zzz</open>")
-    assert "no document with id 'zzz'" in info["error"]
+    assert "no document with id 'zzz'" in step_info(info).error
 
 
 def test_search_env_oracle_scores_one_in_every_harness(tmp_path):

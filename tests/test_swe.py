@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import sleuth
+from sleuth.envs.outcome import reset_info, step_info
 from sleuth.synth.swe import SWEBuilder, parse_package
 from sleuth.tasks import load_tasks
 from sleuth.tasks.swe import load_swe, shipped_sets
@@ -170,7 +171,7 @@ def test_env_tools_and_their_errors(shipped):
     env = sleuth.make("sleuth/SWE-v0", budget=30)
     try:
         _, info = env.reset(options={"task": task})
-        assert [t["function"]["name"] for t in info["tools"]] == ["list_dir", "read_file", "search", "edit",
+        assert [t["function"]["name"] for t in reset_info(info).tools] == ["list_dir", "read_file", "search", "edit",
                                                                   "run_tests", "submit"]
         call = env.unwrapped.tools
         assert "toolz/" in call["list_dir"].fn(".")
@@ -193,7 +194,7 @@ def test_env_tools_and_their_errors(shipped):
         out = call["run_tests"].fn("")  # default: the failing tests of the statement
         assert "failed" in out.splitlines()[0]
         obs, reward, term, trunc, info = env.step('<tool_call>{"name": "submit", "arguments": {}}</tool_call>')
-        assert term and reward == 0.0 and info["verdict"]["details"]["error"] == "empty_patch"
+        assert term and reward == 0.0 and step_info(info).verdict.details["error"] == "empty_patch"
     finally:
         env.close()
 
@@ -207,7 +208,7 @@ def test_running_out_of_turns_scores_the_workspace(shipped):
     env.reset(options={"task": task})
     for call in plan:
         _, reward, term, trunc, info = env.step(json.dumps({"name": call.name, "arguments": call.arguments}))
-    assert trunc and not term and reward == 1.0 and info["verdict"]["details"]["resolved"]
+    assert trunc and not term and reward == 1.0 and step_info(info).verdict.details["resolved"]
     env.close()
 
 

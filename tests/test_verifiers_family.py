@@ -21,6 +21,7 @@ from sleuth.agents.policies.load import load_tokenizer
 from sleuth.envs.families import venv_server, verifiers_server
 from sleuth.envs.families.verifiers_env import message_text, pypi_verifiers_importable
 from sleuth.envs.families.verifiers_server import VERIFIERS
+from sleuth.envs.outcome import reset_info, step_info
 from sleuth.envs.remote import RemoteEnvError
 from sleuth.tasks import load_tasks
 
@@ -156,11 +157,11 @@ def test_null_harness_runs_offline_and_an_episode_cut_by_max_turns_leaves_nothin
     env = sleuth.make(ENV, max_turns=1, config={"agent": {"harness": {"id": "null"}}})
     for seed, (a, b) in ((3, (26, 46)), (2, (23, 39))):
         _, info = env.reset(options={"task": load_tasks(f"seeds:{seed}")[0]})
-        assert [t["function"]["name"] for t in info["tools"]] == ["calc_add"]  # its tools only: no shell
+        assert [t["function"]["name"] for t in reset_info(info).tools] == ["calc_add"]  # its tools only: no shell
         obs, _, terminated, truncated, info = env.step(
             f'<tool_call>{{"name": "calc_add", "arguments": {{"a": {a}, "b": {b}}}}}</tool_call>')
         assert truncated and not terminated and obs.strip() == str(a + b)
-        assert info["verdict"]["details"]["stop"] == "max_turns" and info["verdict"]["score"] == 0.0
+        assert step_info(info).verdict.details["stop"] == "max_turns" and step_info(info).verdict.score == 0.0
     env.close()
 
 
@@ -231,7 +232,7 @@ def test_reset_by_seed_from_the_main_venv_plays_the_row_it_plays_in_verifiers_ow
             "print(json.dumps([o, i['task_id'], i['messages']]))")
     there = subprocess.run([_venv_python(), "-P", "-c", here], capture_output=True, text=True, timeout=300)
     assert there.returncode == 0, there.stderr[-2000:]
-    assert [obs, info["task_id"], info["messages"]] == json.loads(there.stdout.strip().splitlines()[-1])
+    assert [obs, info["task_id"], reset_info(info).messages] == json.loads(there.stdout.strip().splitlines()[-1])
     assert "What is 23 + 39?" in obs and info["task_id"] == "seed-2"
 
 

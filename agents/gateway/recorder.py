@@ -290,7 +290,7 @@ class Gateway:
                 queue = self._queues[key] = RequestQueue(self.policy, sampling, self.gate)
                 if self.policy.parallel_calls == 1:  # a server batches what it gets; a model here needs a batch
                     self._coalescers[key] = Coalescer(queue, BATCH_WINDOW_S, self._open_sessions)
-        requests = [Request(prompt, norm, s.task, turn, {}, s.index * 64 + j) for j in range(n)]
+        requests = [Request(prompt, norm, s.task, turn, None, s.index * 64 + j) for j in range(n)]
         sender = self._coalescers.get(key, queue)
         sampled = [f.result() for f in sender.submit(requests)]
         return [x.generation for x in sampled], sampled[0].version

@@ -25,6 +25,7 @@ from sleuth.agents.loop.steps import INLINE_WAIT_S, in_background
 from sleuth.agents.policies.base import Generation, Request
 from sleuth.agents.trajectory import ReadEvent, Trajectory, Turn
 from sleuth.core.errors import InfraFailure
+from sleuth.envs.outcome import ResetInfo, extras, reset_info, step_info
 from sleuth.tasks.base import Task
 from sleuth.verifiers.base import Verdict
 
@@ -70,8 +71,8 @@ class ReplayError(InfraFailure):
 
 @dataclass
 class StepOutcome:
-    """One env step as the loop uses it: the gymnasium 5-tuple with the keys of `info` the loop reads
-    turned into fields (read here, once). `info` keeps the rest for the trajectory record."""
+    """One env step as the loop uses it: the gymnasium 5-tuple with the env's `StepInfo` (`envs.outcome`) as
+    fields. `info` keeps the env's own facts for the trajectory record."""
 
     reward: float
     terminated: bool
@@ -88,12 +89,10 @@ class StepOutcome:
     @classmethod
     def from_gym(cls, step: tuple[Any, Any, Any, Any, dict[str, Any]]) -> StepOutcome:
         _, reward, terminated, truncated, info = step
-        rest = {k: v for k, v in info.items() if k not in ("messages", "read", "legal_actions", "stop_reason")}
-        read, verdict = info.get("read"), info.get("verdict")
-        return cls(float(reward), bool(terminated), bool(truncated), list(info.get("messages") or []),
-                   ReadEvent.from_info(read) if read else None, info.get("tool_call"), info.get("error"),
-                   Verdict.from_dict(verdict) if verdict is not None else None, info.get("legal_actions"),
-                   info.get("stop_reason"), rest)
+        o = step_info(info)
+        return cls(float(reward), bool(terminated), bool(truncated), list(o.messages),
+                   ReadEvent.from_info(o.read) if o.read else None, o.tool_call, o.error, o.verdict, o.legal_actions,
+                   o.stop_reason, extras(info))
 
 
 @dataclass
@@ -104,14 +103,14 @@ class Episode:
     traj: Trajectory
     context: list[int]
     messages: list[dict[str, Any]]
-    reset_info: dict[str, Any]
+    start: ResetInfo
     started: float = field(default_factory=time.perf_counter)
     first_turn: int = 0  # turns before the trajectory's first (a branch's replayed ones)
     legal_actions: Sequence[str] | None = None  # from the last reset or step
 
     def request(self) -> Request:
         return Request(self.context, self.messages, self.task, self.first_turn + len(self.traj.turns),
-                       self.reset_info, self.index, self.legal_actions)
+                       self.start, self.index, self.legal_actions)
 
 
 class EpisodeScheduler:
@@ -199,7 +198,8 @@ class EpisodeScheduler:
         task = item.task if isinstance(item, Branch) else item
         try:
             _, info = reset.result()
-            messages = list(info["messages"])
+            start = reset_info(info)
+            messages = list(start.messages)
             if isinstance(item, Branch):
                 messages = self._replay(env, item, messages)
         except Exception as e:  # bad task data or a dead env server: record it, drop the env (its state is unknown)
@@ -213,11 +213,11 @@ class EpisodeScheduler:
             traj = Trajectory(task_id=task.id, env_id=self.env_id, prompt_ids=ids, group=item.group or task.id,
                               reward=sum(t.reward for t in done), branch_at=item.at)
         else:
-            tools = info.get("tools") if info.get("format") == "template" else None  # the template shows them
+            tools = start.tools if start.format == "template" else None  # the template shows them
             ids = self.renderer.prompt_ids(messages, tools)
             traj = Trajectory(task_id=task.id, env_id=self.env_id, prompt_ids=ids, group=task.id)
-        ep = Episode(index, env, task, traj, list(ids), messages, info, started=began,
-                     first_turn=item.at if isinstance(item, Branch) else 0, legal_actions=info.get("legal_actions"))
+        ep = Episode(index, env, task, traj, list(ids), messages, start, started=began,
+                     first_turn=item.at if isinstance(item, Branch) else 0, legal_actions=start.legal_actions)
         self._live[index] = ep
         if len(ids) + self.max_tokens > self.max_context:  # never sent: the engine could not take it
             traj.stop_reason = "prompt_too_long"

@@ -4,9 +4,10 @@ data it passes. Policies by name are loaded by `sleuth.agents.policies.load.load
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sleuth.envs.outcome import ResetInfo
 from sleuth.tasks.base import Task
 
 
@@ -27,7 +28,7 @@ class Request:
     messages: list[dict[str, Any]]
     task: Task
     turn: int = 0
-    env_info: dict[str, Any] = field(default_factory=dict)  # the info from reset (tools, format, budget)
+    start: ResetInfo | None = None  # the env's reset (tools, format, budget); None: a caller without an env
     sample: int | None = None  # the episode's index in its run: a server seeds (sample, turn), whatever the batching
     legal_actions: Sequence[str] | None = None  # the moves a text env says it accepts now (None: it does not say)
 

@@ -7,12 +7,12 @@ paragraph (comparison questions above all), so this is the cheapest non-trivial 
 baselines a floor for both reading (support recall) and answering. They read the task's documents through
 `sleuth.tasks.qa.qa_docs`.
 
-The oracle knows the gold and plays the oracle each env declares beside itself (`ToolEnv.oracle`), found
-from the env class the reset info names: on DocRead it reads exactly the supporting documents and answers
-the gold answer; on Search it searches for and opens each supporting document by title; on SWE it replays
-the gold patch through the tools; on any other env it hands the task's reference answer to the final tool
-(on a reasoning-gym env, the item's answer in its answer tags). Either way it must score 1.0, which tests env,
-harness round-trip and verifier together.
+The oracle knows the gold and plays the oracle each env declares beside itself (`ToolEnv.oracle`), found found
+by the env registry from the class the reset names (`envs.registry.oracle_of`): on DocRead it reads exactly the
+supporting documents and answers the gold answer; on Search it searches for and opens each supporting document
+by title; on SWE it replays the gold patch through the tools; on any other env it hands the task's reference
+answer to the final tool (on a reasoning-gym env, the item's answer in its answer tags). Either way it must
+score 1.0, which tests env, harness round-trip and verifier together.
 
 `random-legal` plays a move the env lists as legal (the foreign text envs of `envs/families`)."""
 
@@ -25,12 +25,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from gymnasium.envs.registration import load_env_creator
-
 from sleuth.agents.policies.base import Generation, Request, SamplingParams
-from sleuth.envs.base import ToolEnv
-from sleuth.envs.families.base import TextGameEnv
+from sleuth.envs.outcome import ResetInfo
 from sleuth.envs.parsers import ToolCall, get_parser
+from sleuth.envs.registry import oracle_of
 from sleuth.tasks.qa import Document, NoDocuments, QADocs, qa_docs
 
 
@@ -53,7 +51,7 @@ class ScriptedPolicy(ABC):
     def generate(self, requests: list[Request], sampling: SamplingParams) -> list[Generation]:
         out = []
         for req in requests:
-            parser = get_parser(req.env_info.get("format", "json"))
+            parser = get_parser(req.start.format if req.start is not None else "json")
             calls = self.act(req)
             text = "\n".join(map(parser.render, calls)) if isinstance(calls, list) else parser.render(calls)
             ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.eos]
@@ -93,7 +91,7 @@ class RandomReader(_Reader):
     def plan(self, req: Request, docs: QADocs) -> list[int]:
         rng = random.Random(f"{self.seed}:{req.task.id}")
         n = len(docs.docs)
-        return rng.sample(range(n), min(n, req.env_info.get("budget", 3)))
+        return rng.sample(range(n), min(n, _budget(req)))
 
     def final_answer(self, req: Request, docs: QADocs, plan: list[int]) -> str:
         rng = random.Random(f"{self.seed}:{req.task.id}:answer")
@@ -106,20 +104,19 @@ class FirstKReader(_Reader):
     name = "first-k"
 
     def plan(self, req: Request, docs: QADocs) -> list[int]:
-        return list(range(min(len(docs.docs), req.env_info.get("budget", 3))))
+        return list(range(min(len(docs.docs), _budget(req))))
 
 
-def env_class(info: dict[str, Any]) -> type[ToolEnv] | type[TextGameEnv]:
-    """The class of the env an episode runs in, from the "module:Class" its reset info names (`info["env"]`,
-    `ToolEnv.entry_point`): also an env served elsewhere, whose reset info comes through unchanged."""
-    ref = info.get("env")
-    if not isinstance(ref, str) or ":" not in ref:
-        raise ValueError(f"the oracle plays the env's own oracle (`ToolEnv.oracle`): the reset info names no env "
-                         f"class ('env': 'module:Class'; got {ref!r}); only a ToolEnv's reset gives one")
-    cls = load_env_creator(ref)
-    if not (isinstance(cls, type) and issubclass(cls, (ToolEnv, TextGameEnv))):
-        raise TypeError(f"{ref} is neither a ToolEnv nor a TextGameEnv class: the oracle needs its `oracle` hook")
-    return cls
+
+def _start(req: Request) -> ResetInfo:
+    if req.start is None:
+        raise ValueError("the oracle plays the env's own oracle: it needs the env's reset (Request.start)")
+    return req.start
+
+
+def _budget(req: Request) -> int:
+    """The env's read budget (3 where it names none)."""
+    return req.start.budget if req.start is not None and req.start.budget is not None else 3
 
 
 class Oracle(ScriptedPolicy):
@@ -130,7 +127,7 @@ class Oracle(ScriptedPolicy):
     name = "oracle"
 
     def act(self, req: Request) -> ToolCall | list[ToolCall]:
-        return env_class(req.env_info).oracle(req.task, req.turn, req.env_info)
+        return oracle_of(_start(req))(req.task, req.turn, _start(req))
 
 
 class TitleOracle(Oracle):
@@ -149,7 +146,7 @@ class TitleOracle(Oracle):
         named_first = QADocs(tuple(sorted(view.docs, key=lambda d: d.title.lower() not in question)),  # stable
                              view.supporting)
         task = replace(req.task, payload={**req.task.payload, **named_first.to_payload()}) if view.docs else req.task
-        call = env_class(req.env_info).oracle(task, req.turn, req.env_info)
+        call = oracle_of(_start(req))(task, req.turn, _start(req))
         # DocRead's read by number, as the same read by title
         if isinstance(call, ToolCall) and call.name == "read" and view.docs:
             return ToolCall("read", {"doc": named_first.docs[call.arguments["doc"]].title})
@@ -205,7 +202,7 @@ class LexicalReader(_Reader):
     by_title = True
 
     def plan(self, req: Request, docs: QADocs) -> list[int]:
-        return lexical_plan(req.task.question, docs.docs, req.env_info.get("budget", 3))
+        return lexical_plan(req.task.question, docs.docs, _budget(req))
 
 
 class LexicalOracle(LexicalReader):
@@ -240,6 +237,6 @@ class Noop(ScriptedPolicy):
 
     def act(self, req: Request) -> ToolCall:
         for name in ("submit", "answer"):
-            if any(t["function"]["name"] == name for t in req.env_info.get("tools", [])):
+            if any(t["function"]["name"] == name for t in (req.start.tools if req.start is not None else [])):
                 return ToolCall(name, {"text": ""} if name == "answer" else {})
         raise ValueError("the noop baseline needs a submit or answer tool")

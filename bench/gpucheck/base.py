@@ -297,6 +297,7 @@ def prompts(tok, n: int, tasks_spec: str):
     import sleuth
     from sleuth.agents.chat import ChatRenderer
     from sleuth.agents.policies.base import Request
+    from sleuth.envs.outcome import reset_info
     from sleuth.tasks import load_tasks
 
     env = sleuth.make("DocRead-v0", harness="text")
@@ -306,7 +307,8 @@ def prompts(tok, n: int, tasks_spec: str):
     for i in range(n):
         task = tasks[i % len(tasks)]
         _, info = env.reset(options={"task": task})
-        out.append(Request(renderer.prompt_ids(info["messages"]), info["messages"], task))
+        messages = reset_info(info).messages
+        out.append(Request(renderer.prompt_ids(messages), messages, task))
     return out
 
 

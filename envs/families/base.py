@@ -25,6 +25,7 @@ import gymnasium
 
 from sleuth.core.errors import BadInput, InfraFailure
 from sleuth.envs.base import TextSpace
+from sleuth.envs.outcome import INFO_KEY, ResetInfo, StepInfo
 from sleuth.envs.parsers import ToolCall
 from sleuth.tasks.base import Task
 from sleuth.tasks.seeds import seed_task, task_seed
@@ -132,13 +133,19 @@ class Move:
     terminated: bool = False
     truncated: bool = False
     legal_actions: Sequence[str] | None = None
-    details: dict[str, Any] = field(default_factory=dict)  # facts for the step's info (e.g. an invalid move)
+    details: dict[str, Any] = field(default_factory=dict)  # the family's own facts for the step's info
+    tool_call: dict[str, Any] | None = None  # the call parsed from the reply (`StepInfo.tool_call`)
+    error: str | None = None  # what was wrong with the reply (`StepInfo.error`)
     # the observation as the chat messages the policy sees next (tool results, a user turn); None: one user message
     messages: list[dict[str, Any]] | None = None
     refused: bool = False  # the harness refused the reply: it never reached the foreign env
 
     def chat(self) -> list[dict[str, Any]]:
         return self.messages if self.messages is not None else [{"role": "user", "content": self.observation}]
+
+
+def _listed(actions: Sequence[str] | None) -> list[str] | None:
+    return None if actions is None else list(actions)
 
 
 class TextGameEnv(gymnasium.Env):
@@ -202,7 +209,7 @@ class TextGameEnv(gymnasium.Env):
         return []
 
     @classmethod
-    def oracle(cls, task: Task, turn: int, info: dict[str, Any]) -> ToolCall | list[ToolCall]:
+    def oracle(cls, task: Task, turn: int, start: ResetInfo) -> ToolCall | list[ToolCall]:
         """The reply of an agent that knows the gold (the `oracle` baseline): a call, or the calls of one reply
         (none: a reply without a call); a game has none."""
         raise ValueError(f"{cls.family} envs have no reference reply to play: use the random-legal baseline")
@@ -226,10 +233,9 @@ class TextGameEnv(gymnasium.Env):
         self.task = task
         messages = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else [])
         messages += move.chat()
-        return move.observation, {"messages": messages, "tools": self.tool_schemas(), "format": self.format,
-                                  "task_id": task.id,
-                                  "budget": self.max_turns, "env": self.entry_point(), "env_args": self.env_args(),
-                                  "legal_actions": move.legal_actions}
+        start = ResetInfo(messages, self.tool_schemas(), self.format, self.max_turns, self.entry_point(),
+                          self.env_args(), _listed(move.legal_actions))
+        return move.observation, {INFO_KEY: start, "task_id": task.id}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.task is None or self.done:
@@ -242,18 +248,17 @@ class TextGameEnv(gymnasium.Env):
         self.refused_in_a_row = self.refused_in_a_row + 1 if move.refused else 0
         runaway = self.max_invalid_actions is not None and self.refused_in_a_row >= self.max_invalid_actions
         truncated = move.truncated or (not move.terminated and (self.turn >= self.max_turns or runaway))
-        info: dict[str, Any] = {"turn": self.turn, "tool_call": None, "error": None, **move.details,
-                                "legal_actions": move.legal_actions}
+        out = StepInfo(tool_call=move.tool_call, error=move.error, legal_actions=_listed(move.legal_actions))
         if runaway and not move.terminated:
-            info["stop_reason"] = "invalid_actions"
+            out.stop_reason = "invalid_actions"
         if move.terminated or truncated:
             self.done = True
-            info["verdict"] = self.verdict().to_dict()
-            info["messages"] = []
+            out.verdict = self.verdict()
             self.finish()
         else:
-            info["messages"] = move.chat()
-        return move.observation, move.reward, move.terminated, truncated, info
+            out.messages = move.chat()
+        return move.observation, move.reward, move.terminated, truncated, {"turn": self.turn, **move.details,
+                                                                           INFO_KEY: out}
 
     def _guarded(self, fn: Any, what: str) -> Move:
         try:

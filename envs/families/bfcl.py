@@ -32,6 +32,7 @@ from sleuth.envs.families.base import EnvFailure, Move, TextGameEnv
 from sleuth.envs.families.bfcl_oracle import multi_turn_replies, single_turn_calls
 from sleuth.envs.families.venv_server import ForeignVenv, remote_env
 from sleuth.envs.harness import Harness
+from sleuth.envs.outcome import ResetInfo
 from sleuth.envs.parsers import NO_CALL, ToolCall
 from sleuth.envs.tools import Tool
 from sleuth.tasks.base import Task
@@ -123,7 +124,7 @@ class BFCLEnv(TextGameEnv):
         parsed = self.harness.parser.parse(action, self.offered)
         calls = [c for c in parsed.calls if c.name in self.offered]
         response: Any = [{c.name: json.dumps(c.arguments, ensure_ascii=False)} for c in calls] if calls else action
-        details = {"tool_call": calls[0].to_dict() if calls else None,
+        details = {"tool_call": calls[0].to_dict() if calls else None,  # the reply's parse: `Move` fields
                    "error": _call_error(parsed.error, parsed.calls, self.offered)}
         if not self.multi:
             self.result = response
@@ -140,9 +141,9 @@ class BFCLEnv(TextGameEnv):
         if self.steps > self.step_limit:  # BFCL force-quits the item: it is scored as failed
             self.force_quit = True
             self.result.append(self.turn_responses)
-            return self._scored({**details, "force_quit": True})
+            return self._scored(details, force_quit=True)
         tool_messages = [{"role": "tool", "content": r} for r in results]
-        return Move(self._text(tool_messages), messages=tool_messages, details=details)
+        return Move(self._text(tool_messages), messages=tool_messages, **details)
 
     def _next_user_turn(self, details: dict[str, Any]) -> Move:
         self.result.append(self.turn_responses)
@@ -158,13 +159,13 @@ class BFCLEnv(TextGameEnv):
             self.offered = {**self.offered, **new}
             listing = "\n".join(json.dumps(t.schema(), ensure_ascii=False) for t in new.values())
             messages = [{"role": "user", "content": f"{self.added_functions_prompt}\n<tools>\n{listing}\n</tools>"}]
-        return Move(self._text(messages), messages=messages, details=details)
+        return Move(self._text(messages), messages=messages, **details)
 
     @staticmethod
     def _text(messages: list[dict[str, Any]]) -> str:
         return "\n".join(m["content"] for m in messages)
 
-    def _scored(self, details: dict[str, Any]) -> Move:
+    def _scored(self, details: dict[str, Any], force_quit: bool = False) -> Move:
         """The item's end: BFCL's checker scores it, and its score is the last step's reward (what training
         reads) as well as the verdict's."""
         try:
@@ -174,7 +175,8 @@ class BFCLEnv(TextGameEnv):
         finally:
             self._release()
         self._verdict = Verdict(float(bool(outcome["valid"])), _details(outcome, self))
-        return Move("", reward=self._verdict.score, terminated=True, details=details)
+        return Move("", reward=self._verdict.score, terminated=True, details={"force_quit": True} if force_quit else {},
+                    **details)
 
     def verdict(self) -> Verdict:
         return self._verdict
@@ -188,14 +190,14 @@ class BFCLEnv(TextGameEnv):
 
     # -- the oracle -------------------------------------------------------------------------------------
     @classmethod
-    def oracle(cls, task: Task, turn: int, info: dict[str, Any]) -> list[ToolCall]:
+    def oracle(cls, task: Task, turn: int, start: ResetInfo) -> list[ToolCall]:
         """BFCL's possible answer as replies (`bfcl_oracle.py`)."""
         truth, entry = task.payload.get("ground_truth"), task.payload["entry"]
         category = category_of(task.id)
         if not is_multi_turn(category):
             language = {"simple_java": "java", "simple_javascript": "javascript",
                         "live_relevance": "relevance"}.get(category, "python")
-            return single_turn_calls(truth, task.payload.get("source_types"), language, info.get("tools") or [])
+            return single_turn_calls(truth, task.payload.get("source_types"), language, start.tools)
         functions = {f["name"]: f for f in entry["function"]}
         for added in entry.get("missed_function", {}).values():
             functions.update({f["name"]: f for f in added})

@@ -244,15 +244,14 @@ class OpenEnvEnv(TextGameEnv):
             tool = self.tools[call.name]
             args, error = tool.check_arguments(call.arguments)
         if error is not None:
-            return Move(self.harness.parser.wrap(error), details={"error": error, "tool_call": None}, refused=True)
+            return Move(self.harness.parser.wrap(error), error=error, refused=True)
         try:
             out = tool.fn(**args)
         except (ValueError, TypeError) as e:  # the action model refused the arguments (pydantic's ValidationError)
             message = f"the action was refused: {str(e).splitlines()[0]}"
-            return Move(self.harness.parser.wrap(message), details={"error": message, "tool_call": call.to_dict()},
-                        refused=True)
+            return Move(self.harness.parser.wrap(message), error=message, tool_call=call.to_dict(), refused=True)
         move = self._move(out)
-        move.details = {"tool_call": call.to_dict()}
+        move.tool_call = call.to_dict()
         move.observation = self.harness.clip(move.observation)
         return move
 

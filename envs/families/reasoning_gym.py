@@ -21,6 +21,7 @@ import functools
 from typing import Any
 
 from sleuth.envs.families.base import Move, TextGameEnv, registered, require
+from sleuth.envs.outcome import ResetInfo
 from sleuth.envs.parsers import ToolCall
 from sleuth.tasks.base import Task
 from sleuth.tasks.seeds import task_seed
@@ -89,9 +90,9 @@ class ReasoningGymEnv(TextGameEnv):
                                     "format_ok": float(self.answer is not None), "turns": self.turn})
 
     @classmethod
-    def oracle(cls, task: Task, turn: int, info: dict[str, Any]) -> ToolCall:
+    def oracle(cls, task: Task, turn: int, start: ResetInfo) -> ToolCall:
         """The item's reference answer, regenerated from the env's arguments (in the answer tags where they count)."""
-        args = dict(info["env_args"])
+        args = dict(start.env_args)
         dataset, mode = args.pop("dataset"), args.pop("answer")
         gold = _dataset(dataset, _freeze(args))[task_seed(task)]["answer"]
         return ToolCall("answer", {"text": f"<answer>{gold}</answer>" if mode == "tags" else gold})

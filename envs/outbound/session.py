@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sleuth.envs.base import ToolEnv
+from sleuth.envs.outcome import reset_info, step_info
 from sleuth.envs.parsers import ToolCall
 from sleuth.envs.registry import make
 from sleuth.tasks.base import Task
@@ -88,7 +89,7 @@ class ToolSession:
         question, info = self.env.reset(seed=seed, options={"task": task})
         self.task = task
         # the env's system message: its instructions, its tools and how to call them in its harness format
-        self.system = next((m["content"] for m in info["messages"] if m["role"] == "system"), "")
+        self.system = next((m["content"] for m in reset_info(info).messages if m["role"] == "system"), "")
         self.turn = Turn(question, details={"task_id": task.id})
         return self.turn
 
@@ -103,8 +104,9 @@ class ToolSession:
         if self.env.done:
             return Turn(OVER, terminated=True, error=OVER)
         obs, reward, terminated, truncated, info = self.env.step(action)
-        details = {"verdict": info["verdict"]} if "verdict" in info else {}
-        self.turn = Turn(obs, float(reward), terminated, truncated, info.get("error"), details)
+        out = step_info(info)
+        details = {"verdict": out.verdict.to_dict()} if out.verdict is not None else {}
+        self.turn = Turn(obs, float(reward), terminated, truncated, out.error, details)
         return self.turn
 
     @property
