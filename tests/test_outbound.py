@@ -15,7 +15,7 @@ import pytest
 
 from sleuth.core.net import subprocess_server
 from sleuth.envs.outbound.session import OVER, ToolSession
-from sleuth.envs.outcome import reset_info
+from sleuth.envs.outcome import reset_info, step_info
 from sleuth.tasks import write_tasks
 
 DOCREAD = "sleuth/DocRead-v0"
