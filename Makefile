@@ -238,10 +238,10 @@ bfcl-learn: setup bfcl
 # DocRead on hotpotqa:train → the first 100 hotpotqa:dev and 48 hotpotqa:test questions, one table each. The CPU
 # default: the `issue` arm set (grpo, info_gain support, gold_prob with a stronger reader, cw_grpo, cw_grpo_adv,
 # gear_mix) at 32 episodes each, ~1 h on 2 cores; `--arms all` runs every estimator. 480 episodes per arm:
-# `$(PY) bench/ablate.py --budget 480` (~4.5 h on 2 cores) and, on Search with its own warm start,
-# `$(PY) bench/ablate.py --env search --budget 480` (~2.5 h).
+# `$(PY) experiments/ablate.py --budget 480` (~4.5 h on 2 cores) and, on Search with its own warm start,
+# `$(PY) experiments/ablate.py --env search --budget 480` (~2.5 h).
 ablate: setup
-	$(PY) bench/ablate.py
+	$(PY) experiments/ablate.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "ToolEnv": "sleuth.envs.base", "Harness": "sleuth.envs.harness", "tool": "sleuth.envs.tools",
     "ToolError": "sleuth.envs.tools", "Trajectory": "sleuth.agents.trajectory", "Turn": "sleuth.agents.trajectory",
-    "load_tasks": "sleuth.tasks.registry",
+    "load_tasks": "sleuth.tasks.registry", "evaluate": "sleuth.agents.eval.api",
 }
 
 

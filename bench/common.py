@@ -42,17 +42,6 @@ def publish(name: str, title: str, report: str) -> None:
     (OUT / f"{name}.md").write_text(f"# {title}\n\n{report}\n")
 
 
-def cpu_name() -> str:
-    """The CPU a figure was measured on: model name, the SIMD features that decide fp32 vs bf16, threads."""
-    import torch
-
-    model = next((x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines()
-                  if x.startswith("model name")), "unknown CPU") if Path("/proc/cpuinfo").exists() else "unknown CPU"
-    caps = torch.cpu.get_capabilities()
-    feats = [f for f in ("amx_bf16", "avx512_bf16", "avx512_f", "avx2") if caps.get(f)]
-    return f"{model} ({', '.join(feats) or 'no AVX2'}), {torch.get_num_threads()} threads"
-
-
 def threaded_load(call, requests: int, clients: int) -> dict[str, float]:
     """`call(i)` for i < `requests` from `clients` threads at once, as the agent loop's env workers call a
     server: requests/s, p50/p99 latency in ms, p99/p50, errors (a call that raised)."""

@@ -25,7 +25,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from common import cpu_name, publish, run_arm, train_recipe
+from common import publish, run_arm, train_recipe
+
+from sleuth.core.machine import cpu_name
 
 STEPS = 3  # the first is a warm-up
 

@@ -11,9 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-from common import cpu_name, publish
+from common import publish
 
 import sleuth
+from sleuth.core.machine import cpu_name
 from sleuth.envs.outcome import reset_info, step_info
 from sleuth.tasks import load_tasks
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sleuth.cli.args import bounded
+from sleuth.core.args import bounded
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the two modules beside this script
 from gateway_agent import INSTRUCTIONS, TOOLS, DocReadAgent  # noqa: E402
@@ -313,9 +313,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.dry_run:
         print(json.dumps(settings))
         return
-    from common import cpu_name, publish
+    from common import publish
 
     from sleuth.agents.chat import ChatRenderer
+    from sleuth.core.machine import cpu_name
     from sleuth.tasks import load_tasks
 
     check_agent_matches_env()

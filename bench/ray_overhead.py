@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sleuth.cli.args import bounded
+from sleuth.core.args import bounded
 
 ENV = "sleuth/DocRead-v0"
 TARGET = 0.9
@@ -185,9 +185,10 @@ def report(todo: list[Arm], ray_start: list[float], args: argparse.Namespace, he
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    from common import cpu_name, publish
+    from common import publish
 
     from sleuth.agents.policies.models import resolve_model, tiny_model
+    from sleuth.core.machine import cpu_name
 
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:

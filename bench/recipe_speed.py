@@ -7,15 +7,10 @@ median over the measured steps, plus wall seconds, the update's share and the en
 mismatch (bf16 rounds the engine's incremental decoding and the trainer's packed forward apart).
 
 Arms:
-- `switches off`: the levers turned off, as the loop ran when DocRead steps took 100–180 CPU s for 8
-  episodes: ZeRO-2, fp32, the head over every position (full logits, then a tempered copy), generation in
-  lock-step rounds, every member's prompt prefilled, no KV kept across turns, right-padded micro-batches
-  (no packing, so no shared prompt in the update). Two differences remain, both in this arm's favour:
-  DeepSpeed's shm op is not built at set-up in one process (a run's cost, not a step's), and AdamW runs
-  fused (no switch; under ZeRO-2 it steps one flat partition, where fusing saves least).
-- `recipe, fp32`: the recipe as a CPU without AMX-BF16 runs it.
+- `recipe, fp32`: the recipe as a CPU without AMX-BF16 runs it (the ratios' base).
 - `recipe`: the recipe as configured (`deepspeed.dtype: auto`: bf16 where the CPU has AMX-BF16); on a CPU
   without it `auto` is fp32, the same run as `recipe, fp32`, so this arm is left out there (the report says so).
+- `recipe + LoRA r 16`: adapters on every linear layer of the body.
 
 Run: `.venv/bin/python bench/recipe_speed.py [--model DIR]` (default: the warm start `runs/main/sft/hf`
 that `make run` writes, else SmolLM2 itself; the warm start's episodes are the ones RL trains on).
@@ -29,12 +24,12 @@ import statistics
 import sys
 from pathlib import Path
 
-from common import cpu_name, publish, run_arm, train_recipe
+from common import publish, run_arm, train_recipe
+
+from sleuth.core.machine import cpu_name
 
 STEPS = 4  # the first is a warm-up
 ARMS = {
-    "switches off": {"deepspeed.zero_stage": 2, "deepspeed.dtype": "fp32", "update.packing": False,
-                     "rollout.kv_keep_mb": 0},  # and `levers_off()`
     "recipe, fp32": {"deepspeed.dtype": "fp32"},
     "recipe": {},
     # LoRA on every linear layer of the body: no weight gradients or optimizer states for the frozen
@@ -42,27 +37,6 @@ ARMS = {
     "recipe + LoRA r 16": {"deepspeed.lora": {"r": 16, "alpha": 32, "target_modules": [
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}},
 }
-
-
-def levers_off() -> None:
-    """The levers that are no config key, turned off in this process: the update's head over every position
-    (`ScoredForward(full_logits=True)`), every member's prompt prefilled (`TransformersPolicy(share_prefill=
-    False)`), generation in lock-step rounds (`run_episodes(lockstep=True)`)."""
-    import functools
-
-    from sleuth.agents.loop import episodes as loop
-    from sleuth.agents.policies import hf
-    from sleuth.training.rl import forward
-
-    def forcing(fn, **forced):
-        @functools.wraps(fn)
-        def call(*args, **kwargs):
-            return fn(*args, **{**kwargs, **forced})
-        return call
-
-    forward.ScoredForward.__init__ = forcing(forward.ScoredForward.__init__, full_logits=True)
-    hf.TransformersPolicy.__init__ = forcing(hf.TransformersPolicy.__init__, share_prefill=False)
-    loop.run_episodes = forcing(loop.run_episodes, lockstep=True)
 
 
 def arm(model: str, overrides: dict) -> dict:
@@ -81,8 +55,6 @@ def main() -> None:
     args = ap.parse_args()
     model = args.model or ("runs/main/sft/hf" if Path("runs/main/sft/hf/config.json").exists() else "smollm2")
     if args.arm:
-        if args.arm == "switches off":
-            levers_off()
         print(json.dumps(arm(model, ARMS[args.arm])))
         return
     from sleuth.training.zero import cpu_bf16_is_fast
@@ -94,7 +66,7 @@ def main() -> None:
              + ("" if "recipe" in results else " No AMX-BF16 here: `deepspeed.dtype: auto` is fp32, so the recipe "
                 "as configured is the `recipe, fp32` arm."), "",
              "| arm | dtype | CPU s / step | wall s / step | update share of wall | episodes / CPU-min | "
-             "ratio vs switches off | engine–trainer mean |Δlogp| |",
+             "ratio vs recipe, fp32 | engine–trainer mean |Δlogp| |",
              "|---|---|---|---|---|---|---|---|"]
     base = None
     for name, res in results.items():

@@ -118,11 +118,10 @@ def docread(with_vllm: bool = True) -> list[str]:
     make = lambda: sleuth.make("DocRead-v0", harness="text")  # noqa: E731
     sampling = SamplingParams(max_tokens=48, temperature=1.0, seed=0)
     rows = []
-    arms = [(f"transformers · {name}", ls, False, 0) for name, ls in ARMS]
-    arms.append(("transformers, group prompt prefilled once · continuous", False, True, 0))
-    arms.append(("transformers, + an episode's KV kept across turns · continuous", False, True, 1024))
-    for name, ls, share, keep_mb in arms:  # a fresh policy per arm: each starts from the same seeded random stream
-        hf = Timed(TransformersPolicy("smollm2", max_batch=16, share_prefill=share, kv_keep_mb=keep_mb))
+    arms = [(f"transformers · {name}", ls, 0) for name, ls in ARMS]
+    arms.append(("transformers, + an episode's KV kept across turns · continuous", False, 1024))
+    for name, ls, keep_mb in arms:  # a fresh policy per arm: each starts from the same seeded random stream
+        hf = Timed(TransformersPolicy("smollm2", max_batch=16, kv_keep_mb=keep_mb))
         rows.append((name, measure(make, tasks, hf, sampling, 16, 0, ls)))
     if with_vllm and default_vllm_python() is not None:
         for servers in (1, 2):  # two servers on these 2 cores share them: the row shows routing's cost

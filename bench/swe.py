@@ -104,7 +104,7 @@ def build_rows(sets: list[str], n: int) -> list[str]:
 
 
 def agent_rows(sets: list[str]) -> list[str]:
-    from sleuth.agents.eval.episodes import evaluate
+    from sleuth.agents.eval.episodes import evaluate_env
     from sleuth.agents.policies.base import SamplingParams
     from sleuth.agents.policies.load import load_policy
 
@@ -115,7 +115,7 @@ def agent_rows(sets: list[str]) -> list[str]:
         for pol in ("oracle", "noop"):
             with tempfile.TemporaryDirectory() as tmp:
                 t = time.perf_counter()
-                s = evaluate(lambda: sleuth.make("sleuth/SWE-v0"), tasks, load_policy(pol), Path(tmp),
+                s = evaluate_env(lambda: sleuth.make("sleuth/SWE-v0"), tasks, load_policy(pol), Path(tmp),
                              SamplingParams(max_tokens=64), 4, "sleuth/SWE-v0", resume=False, env_threads=2,
                              progress=False)
                 res[pol] = (s["score"], time.perf_counter() - t)

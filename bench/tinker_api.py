@@ -25,10 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import cpu_name, publish
+from common import publish
 
 from sleuth.agents.policies.models import EMBEDDED_HUB_ID, embedded_model_dir
-from sleuth.cli.args import bounded
+from sleuth.core.args import bounded
+from sleuth.core.machine import cpu_name
 from sleuth.core.net import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]

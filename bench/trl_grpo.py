@@ -34,7 +34,9 @@ import statistics
 import tempfile
 import time
 
-from common import cpu_name, publish, run_arm, trl_step_clock
+from common import publish, run_arm, trl_step_clock
+
+from sleuth.core.machine import cpu_name
 
 PROMPTS, GROUP, TOKENS, STEPS, LR = 4, 4, 32, 3, 1e-6
 # each sleuth arm: deepspeed.zero_stage, update.share_prefix, deepspeed.dtype, deepspeed.gradient_checkpointing

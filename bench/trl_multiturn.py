@@ -35,7 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import cpu_name, publish, run_arm, trl_step_clock
+from common import publish, run_arm, trl_step_clock
+
+from sleuth.core.machine import cpu_name
 
 TASKS_PER_STEP, GROUP, TURN_TOKENS, READS, STEPS, LR = 2, 4, 64, 3, 2, 1e-6
 COMPLETION_BUDGET = 1024

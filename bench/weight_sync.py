@@ -19,9 +19,10 @@ import tempfile
 import time
 
 import torch
-from common import cpu_name, publish
+from common import publish
 
-from sleuth.cli.args import bounded
+from sleuth.core.args import bounded
+from sleuth.core.machine import cpu_name
 
 
 def measure(model_path: str, transport: str, args: argparse.Namespace) -> dict[str, float]:

@@ -3,58 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-
-
-def parse_kv(items: list[str], flag: str = "--env-arg") -> dict[str, Any]:
-    """`KEY=VALUE` pairs, each value read as YAML (`3` is an int, `{a: 1}` a mapping)."""
-    import yaml
-
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise SystemExit(f"error: {flag} wants KEY=VALUE, got {item!r}")
-        key, value = item.split("=", 1)
-        try:
-            out[key] = yaml.safe_load(value)
-        except yaml.YAMLError as e:
-            raise SystemExit(f"error: {flag} {key}: the value {value!r} is not valid YAML "
-                             f"({str(e).splitlines()[0]})") from None
-    return out
-
-
-def bounded(kind: Callable[[str], Any], low: float, name: str = "") -> Callable[[str], Any]:
-    """An argparse `type` that also refuses values below `low` (a zero concurrency would hang, a negative
-    limit would silently drop tasks from the end)."""
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
-        if not value >= low:  # also refuses NaN
-            raise argparse.ArgumentTypeError(f"must be ≥ {low:g}, got {text}")
-        return value
-
-    parse.__name__ = name or kind.__name__
-    return parse
-
-
-def output_dir(text: str) -> str:
-    """An argparse `type` for a run directory: not empty, not an existing file."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must name a directory (got an empty string)")
-    path = Path(text)
-    if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a file, not a directory")
-    # an unwritable place fails here, before any work (nothing is created yet)
-    parent = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
-    if not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise argparse.ArgumentTypeError(f"cannot create {text}: {parent} is not a writable directory")
-    return text
 
 
 def fail(message: str) -> int:
@@ -67,3 +18,24 @@ def one_line(text: str, width: int | None = None) -> str:
     """The first line of an error's text, cut at `width` characters (an episode's error may hold a whole body)."""
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if width is None or len(line) <= width else line[:width - 1] + "…"
+
+
+def command(sub: argparse._SubParsersAction, name: str, fn: Callable[[argparse.Namespace], int], help: str,
+            example: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """The one way a subcommand is made: its parser, the function it runs, and a runnable example at the end of its
+    `--help` (a test parses every example). Each `cli/` module adds its commands with this in its `register(sub)`."""
+    parser = sub.add_parser(name, help=help, epilog=f"example:\n  {example}",
+                            formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
+    parser.set_defaults(fn=fn)
+    return parser
+
+
+def subcommands(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
+    """Every runnable subcommand's parser by its words ("serve tinker")."""
+    out = {}
+    for action in parser._actions:  # argparse keeps its subparsers only here
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found = subcommands(sub, f"{prefix}{name} ")
+                out.update(found or {f"{prefix}{name}": sub})
+    return out

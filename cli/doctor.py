@@ -15,6 +15,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from sleuth.cli.args import command
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -95,6 +97,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if missing else 0
 
 
-def add_doctor_parser(sub: argparse._SubParsersAction) -> None:
-    d = sub.add_parser("doctor", help="what this machine has for sleuth, and the command that adds what is missing")
-    d.set_defaults(fn=cmd_doctor)
+def register(sub: argparse._SubParsersAction) -> None:
+    command(sub, "doctor", cmd_doctor, "what this machine has for sleuth, and the command that adds what is missing",
+            example="sleuth doctor")

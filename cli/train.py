@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sleuth.cli.args import bounded, fail, parse_kv
+from sleuth.cli.args import command, fail
+from sleuth.core.args import bounded, parse_kv
 from sleuth.core.errors import SleuthError
 
 # What Ctrl-C or SIGTERM leaves behind: a checkpoint of the last step that finished (`sleuth.core.interrupts`); a plain
@@ -164,21 +165,25 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_training_parsers(sub: Any) -> None:
+EXAMPLES = {"train": "sleuth train --config configs/docread_quick.yaml --out runs/quick --max-steps 5",
+            "sft": "sleuth sft --config configs/docread_sft.yaml --out runs/sft"}
+
+
+def register(sub: Any) -> None:
     """Register `train`, `sft` and `plot` on the `sleuth` subparsers."""
     for name, fn, help_, example in (
             ("train", cmd_train, "train a policy with a YAML config (GRPO family on DeepSpeed ZeRO)",
              "rollout.group_size=8"),
             ("sft", cmd_sft, "supervised fine-tuning on trajectories (oracle, rejection sampling, files, chats)",
              "data.source=rejection")):
-        t = sub.add_parser(name, help=help_)
+        t = command(sub, name, fn, help_, EXAMPLES[name])
         t.add_argument("--config", help="YAML config (configs/*.yaml); every key has a default")
         t.add_argument("--out", help="run directory (overrides the config's out)")
         t.add_argument("--max-steps", type=bounded(int, 1), help="overrides the config's max_steps")
         t.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
         t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help=f"override any config key, e.g. --set {example} (repeatable)")
-        t.set_defaults(fn=fn, on_interrupt=ON_INTERRUPT)
-    pl = sub.add_parser("plot", help="plot a training run's metrics to RUN/training.png")
+        t.set_defaults(on_interrupt=ON_INTERRUPT)
+    pl = command(sub, "plot", cmd_plot, "plot a training run's metrics to RUN/training.png",
+                 example="sleuth plot runs/quick")
     pl.add_argument("run")
-    pl.set_defaults(fn=cmd_plot)

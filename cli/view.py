@@ -6,8 +6,9 @@ import argparse
 import threading
 import webbrowser
 
-from sleuth.cli.args import bounded
+from sleuth.cli.args import command
 from sleuth.cli.args import fail as _fail
+from sleuth.core.args import bounded
 
 
 def cmd_view(args: argparse.Namespace) -> int:
@@ -37,11 +38,11 @@ def cmd_view(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_view_parser(sub: argparse._SubParsersAction) -> None:
-    v = sub.add_parser("view", help="look at runs in the browser: episodes token by token, credit, groups, compare")
+def register(sub: argparse._SubParsersAction) -> None:
+    v = command(sub, "view", cmd_view, "look at runs in the browser: episodes token by token, credit, groups, compare",
+                example="sleuth view runs/main/smollm2-text runs/main/trained-text --port 8765")
     v.add_argument("runs", nargs="+", metavar="RUN", help="run directories (sleuth eval/train/sft, runs/main)")
     v.add_argument("--port", type=bounded(int, 1), default=8765)
     v.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1: this machine only)")
     v.add_argument("--html", metavar="FILE", help="write one self-contained HTML file instead of serving")
     v.add_argument("--no-open", action="store_true", help="do not open a browser")
-    v.set_defaults(fn=cmd_view)

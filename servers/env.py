@@ -19,6 +19,7 @@ A reset needs no number: a repeated reset starts the same episode again.
 
 (No `from __future__ import annotations`: FastAPI must see the request models as real classes.)"""
 
+import argparse
 import asyncio
 import contextlib
 import threading
@@ -26,6 +27,10 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from sleuth.core.args import parse_kv
+from sleuth.core.errors import BadInput
+from sleuth.servers.base import Server
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
@@ -169,9 +174,11 @@ def _wire(value: Any) -> Any:
     return value
 
 
-def serve(env_id: str, host: str = "127.0.0.1", port: int = 8002, env_kwargs: dict[str, Any] | None = None,
-          max_sessions: int = 64, session_timeout_s: float = 600.0) -> None:
-    import uvicorn
-
-    uvicorn.run(create_app(env_id, env_kwargs, max_sessions, session_timeout_s), host=host, port=port,
-                log_level="warning")
+def build(args: argparse.Namespace) -> Server:
+    """`sleuth serve env`'s server from its flags (`servers.catalog`)."""
+    env_kwargs = parse_kv(args.env_arg)
+    try:
+        app = create_app(args.env, env_kwargs, args.max_sessions, args.session_timeout)
+    except Exception as e:  # a bad env id or argument: one line instead of a traceback
+        raise BadInput(f"cannot serve {args.env}: {type(e).__name__}: {e}") from None
+    return Server(app, f"serving {args.env} on {{url}} (at most {args.max_sessions} sessions)")

@@ -12,11 +12,15 @@ made the mistake and is told so. An env that raises fails the request, never a s
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from sleuth.core.args import parse_kv
+from sleuth.core.errors import BadInput
 from sleuth.envs.families.base import require
 from sleuth.envs.outbound.session import ToolSession, Turn, load_task_list
+from sleuth.servers.base import Server
 from sleuth.tasks.base import Task
 
 require("openenv.core", "openenv outbound server", "openenv-core")
@@ -97,3 +101,12 @@ def create_app(env_id: str, tasks: str | Sequence[Task], max_sessions: int = 64,
     return openenv_app(factory, CallToolAction, SleuthObservation, env_name=env_id.replace("/", "_"),
                        max_concurrent_envs=max_sessions)
 
+
+def build(args: argparse.Namespace) -> Server:
+    """`sleuth serve openenv`'s server from its flags (`servers.catalog`)."""
+    try:
+        app = create_app(args.env, args.tasks, args.max_sessions, **parse_kv(args.env_arg))
+    except Exception as e:  # a bad env id, task spec or argument: one line, not a traceback
+        raise BadInput(f"cannot serve {args.env} as an OpenEnv env: {type(e).__name__}: {e}") from None
+    return Server(app, f"serving {args.env} over {args.tasks} as an OpenEnv env on {{url}} "
+                       f"(at most {args.max_sessions} sessions)")

@@ -11,9 +11,13 @@ indexes with more uvicorn workers.
 with that app's limits, as real classes.)"""
 
 
+import argparse
+from pathlib import Path
 from typing import Any
 
+from sleuth.core.errors import BadInput
 from sleuth.envs.retrieval.base import Retriever
+from sleuth.servers.base import Server
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
 
@@ -69,7 +73,15 @@ def create_app(retriever: Retriever, max_batch: int = 512, max_k: int = 1000, ma
     return app
 
 
-def serve(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, info: dict[str, Any] | None = None) -> None:
-    import uvicorn
+def build(args: argparse.Namespace) -> Server:
+    """`sleuth serve retrieval`'s server from its flags (`servers.catalog`)."""
+    from sleuth.envs.retrieval.base import read_meta
+    from sleuth.envs.retrieval.index import load_index
 
-    uvicorn.run(create_app(retriever, info=info), host=host, port=port, log_level="warning")
+    try:
+        meta = read_meta(Path(args.index))
+        index = load_index(args.index)
+    except (FileNotFoundError, ValueError, KeyError) as e:
+        raise BadInput(f"cannot load index {args.index}: {e}") from None
+    app = create_app(index, info={"kind": meta["kind"], "n_docs": meta.get("n_docs")})
+    return Server(app, f"serving {meta['kind']} index {args.index} on {{url}}")

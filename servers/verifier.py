@@ -11,8 +11,12 @@ record this machine cannot score (an official SWE-bench instance without Docker)
 
 (No `from __future__ import annotations`: FastAPI must see the request models as real classes.)"""
 
+import argparse
 import asyncio
 from typing import Any
+
+from sleuth.core.errors import BadInput
+from sleuth.servers.base import Server
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
@@ -85,7 +89,12 @@ def create_app(name: str, workers: int = 4, max_records: int = 512):
     return app
 
 
-def serve(name: str, host: str = "127.0.0.1", port: int = 8001, workers: int = 4) -> None:
-    import uvicorn
+def build(args: argparse.Namespace) -> Server:
+    """`sleuth serve verifier`'s server from its flags (`servers.catalog`)."""
+    from sleuth.verifiers.registry import get_verifier
 
-    uvicorn.run(create_app(name, workers), host=host, port=port, log_level="warning")
+    try:
+        get_verifier(args.name)
+    except (LookupError, ImportError) as e:  # an unknown name (with the closest one), or a plugin that does not load
+        raise BadInput(str(e).strip().splitlines()[0]) from None
+    return Server(create_app(args.name, args.workers), f"serving the {args.name} verifier on {{url}}")

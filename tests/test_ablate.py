@@ -1,4 +1,4 @@
-"""The ablation harness (bench/ablate.py) without training: its arm sets, what it changes on an env whose turns
+"""The ablation harness (experiments/ablate.py) without training: its arm sets, what it changes on an env whose turns
 carry no read events, and the report it writes from per-question values."""
 
 import argparse
@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
 @pytest.fixture(scope="module")
 def ablate():
-    sys.path.insert(0, str(BENCH))  # the script's own imports (common, ablate_report) are siblings
+    sys.path.insert(0, str(EXPERIMENTS))  # the script's own imports (ablate_report) are siblings
     try:
         yield importlib.import_module("ablate")
     finally:
-        sys.path.remove(str(BENCH))
+        sys.path.remove(str(EXPERIMENTS))
 
 
 def test_the_issue_set_is_the_default_and_starts_with_grpo(ablate):
@@ -87,7 +87,7 @@ def test_the_report_has_one_table_per_held_out_set(ablate, tmp_path):
 
 
 def smoke(out: Path, *args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, str(BENCH / "ablate.py"), "--smoke", "--out", str(out), *args],
+    proc = subprocess.run([sys.executable, str(EXPERIMENTS / "ablate.py"), "--smoke", "--out", str(out), *args],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ABLATE = Path(__file__).resolve().parents[1] / "bench" / "ablate.py"
+ABLATE = Path(__file__).resolve().parents[1] / "experiments" / "ablate.py"
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -29,27 +29,3 @@ def test_an_unknown_arm_is_refused(tmp_path):
     assert proc.returncode == 2 and "unknown arm(s) ['info_gain/gold_prob@lexical']" in proc.stderr
 
 
-def test_the_speed_benchmarks_levers_off_reach_the_parts_that_act_on_them(tiny_model_dir):
-    """bench/recipe_speed.py's `switches off` arm patches its own process: the update's head over every
-    position, every prompt prefilled, lock-step rounds. Checked in a fresh process, as the arm runs."""
-    code = f"""
-import sys
-sys.path.insert(0, {str(ABLATE.parent)!r})
-import recipe_speed
-from sleuth.agents.loop import episodes as loop
-from sleuth.agents.policies import hf
-recipe_speed.levers_off()
-from sleuth.training.rl.forward import ScoredForward
-from transformers import AutoModelForCausalLM
-m = AutoModelForCausalLM.from_pretrained({str(tiny_model_dir)!r})
-assert ScoredForward(m, m).full_logits is True
-assert hf.TransformersPolicy({str(tiny_model_dir)!r}, device="cpu").share_prefill is False
-seen = {{}}
-loop.run_episodes = lambda *args, **kwargs: seen.update(kwargs)
-recipe_speed.levers_off()
-loop.run_episodes(None, [], None)
-assert seen == {{"lockstep": True}}, seen
-print("ok")
-"""
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]

@@ -114,8 +114,9 @@ def test_a_category_that_does_not_run_here_is_refused_in_one_line(spec, said):
 # -- the env ----------------------------------------------------------------------------------------------
 @needs_venv
 def test_the_oracle_scores_one_on_items_of_every_category():
-    """The first three items of each category, through `bfcl:all` in BFCL's venv (every item: bench/bfcl_oracle.py,
-    whose exceptions are BFCL ground truths that fail BFCL's own checker, listed in docs/bfcl.md)."""
+    """The first three items of each category, through `bfcl:all` in BFCL's venv (every item:
+    experiments/bfcl_oracle.py, whose exceptions are BFCL ground truths that fail BFCL's own checker, listed in
+    docs/bfcl.md)."""
     tasks = [t for c in CATEGORIES for t in load_tasks(f"bfcl:{c}[0:3]")]
     trajs = list(run_episodes(lambda: sleuth.make("bfcl:all"), tasks, load_policy("oracle"), concurrency=8))
     assert len(trajs) == len(tasks) and not [t.error for t in trajs if t.failed]

@@ -91,19 +91,20 @@ def test_ctrl_c_exits_130_without_a_traceback_and_keeps_finished_episodes(tmp_pa
 
 def test_an_unforeseen_failure_is_one_line_and_its_traceback_is_one_variable_away(monkeypatch, capsys):
     """Whatever a command did not foresee still ends in one `error:` line and exit 1."""
-    import sleuth.cli.main as cli
+    import sleuth.cli.tasks as cli
+    from sleuth.cli.main import main
 
     def broken(args):
         raise TypeError("something nobody planned for\nsecond line")
 
     monkeypatch.setattr(cli, "cmd_envs", broken)
     monkeypatch.delenv("SLEUTH_TRACEBACK", raising=False)
-    assert cli.main(["envs"]) == 1
+    assert main(["envs"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: TypeError: something nobody planned for (an unexpected")
     monkeypatch.setenv("SLEUTH_TRACEBACK", "1")
     with pytest.raises(TypeError):
-        cli.main(["envs"])
+        main(["envs"])
 
 
 def test_plot_skips_metric_lines_that_are_not_rows(tmp_path):

@@ -157,3 +157,25 @@ def test_a_run_where_no_episode_ran_fails_and_says_why(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code != 0 and "no episode ran (2 failed" in err and "has no payload['docs']" in err
     assert len(load_trajectories(tmp_path / "trajectories.jsonl")) == 2  # the failed episodes are kept
+
+
+def test_sleuth_evaluate_returns_what_sleuth_eval_prints(tmp_path, capsys):
+    """The Python API and the command run the same evaluation: the summary the command prints is the one
+    `sleuth.evaluate` returns, and bad input is the same one-line `BadInput`."""
+    import sleuth
+    from sleuth.core.errors import BadInput
+
+    assert run_eval(tmp_path / "cli", "--policy", "oracle,first-k", "--limit", "3") == 0
+    printed = capsys.readouterr().out
+    result = sleuth.evaluate("hotpotqa:test", "oracle,first-k", out=tmp_path / "api", limit=3)
+    assert [s["run"] for s in result.summaries] == ["oracle-json", "first-k-json"] and not result.failures
+    assert result.report == tmp_path / "api" / "comparison.md" and result.report.exists()
+    for summary in result.summaries:
+        on_disk = json.loads((tmp_path / "cli" / summary["run"] / "summary.json").read_text())
+        timing = ("wall_time_s", "episodes_per_min")
+        assert {k: v for k, v in summary.items() if k not in timing} == \
+            {k: v for k, v in on_disk.items() if k not in timing}
+        assert summary["run"] in printed
+    with pytest.raises(BadInput, match="cannot build env 'sleuth/Nope-v0'"):
+        sleuth.evaluate("hotpotqa:test", "oracle", env="sleuth/Nope-v0", out=tmp_path / "bad", limit=1)
+    assert not (tmp_path / "bad").exists()

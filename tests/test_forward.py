@@ -51,33 +51,6 @@ def test_scored_forward_matches_the_full_logits_and_their_gradients(tiny_model_d
     assert float((lp_t1 - lp).abs().max()) > 1e-3
 
 
-@pytest.mark.parametrize("packed", [False, True])
-def test_the_full_logits_switch_runs_the_head_everywhere_for_the_same_numbers(tiny_model_dir, packed):
-    """`full_logits` (the measurement arm of the old update) applies the head to all B × L positions and
-    tempers that copy, yet gives the scored path's logprobs, entropies and gradients: T is applied once."""
-    from transformers import AutoModelForCausalLM
-
-    from sleuth.training.rl.forward import ScoredForward
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    ids, attn, mask = _batch(model.config.vocab_size)
-    results = []
-    for full in (False, True):
-        seen = []
-        hook = model.get_output_embeddings().register_forward_hook(
-            lambda m, i, o, seen=seen: seen.append(i[0].shape[:-1]))
-        fwd = ScoredForward(model, model, temperature=0.7, packed=packed, full_logits=full)
-        lp, ent = fwd(ids, attn, mask).logprobs(ids, mask, with_entropy=True)
-        hook.remove()
-        (lp.sum() + ent.sum()).backward()
-        results.append((lp.detach(), ent.detach(), _grads(model), seen[-1].numel()))
-        model.zero_grad()
-    (lp_s, ent_s, g_s, rows_s), (lp_f, ent_f, g_f, rows_f) = results
-    assert rows_s == int(mask[:, 1:].sum()) and rows_f == ids.numel()
-    assert torch.allclose(lp_f, lp_s, atol=1e-5) and torch.allclose(ent_f, ent_s, atol=1e-5)
-    assert torch.allclose(g_f, g_s, atol=1e-5)
-
-
 def test_a_model_with_soft_capped_logits_keeps_its_own_logits():
     from transformers import Gemma2Config, Gemma2ForCausalLM
 

@@ -51,29 +51,25 @@ def test_rows_that_stop_early_keep_exact_logprobs(tiny_model_dir):
 
 @pytest.mark.parametrize("temperature", [0.0, 0.7])
 def test_a_shared_prompt_is_prefilled_once_and_samples_as_if_it_were_not(tiny_model_dir, temperature):
-    """A group's members share their prompt: the prefill runs over the distinct prompts only, and the ids
-    and logprobs are those of the unshared path (same seed), each row's logprobs those of a full forward."""
+    """A group's members share their prompt: the prefill runs over the distinct prompts only; each row's
+    logprobs are those of a full forward, greedy rows are the ids of their prompt generated alone, and sampled
+    members still draw their own continuations."""
     prompts = [[1, 2, 3, 4, 5, 6, 7]] * 3 + [[9, 8]] * 2 + [[40, 41, 42, 43]]
     sampling = SamplingParams(temperature=temperature, max_tokens=10, seed=5)
-    runs = {}
-    for share in (False, True):
-        policy = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=8, share_prefill=share)
-        widths = []
-        hook = policy.model.register_forward_pre_hook(
-            lambda m, a, kw, widths=widths: widths.append(kw["input_ids"].shape), with_kwargs=True)
-        runs[share] = policy.generate([Request(prompt_ids=p, messages=[], task=None) for p in prompts], sampling)
-        hook.remove()
-        if share:  # the first forward: 3 distinct prompts, all but the last column; generate then goes on from it
-            assert widths[0] == (3, 6) and widths[1] == (6, 1)
-        else:
-            assert widths[0] == (6, 7)
-    for plain, shared, prompt in zip(runs[False], runs[True], prompts, strict=True):
-        assert shared.ids == plain.ids
-        assert shared.logprobs == pytest.approx(plain.logprobs, abs=1e-5)
-        assert shared.logprobs == pytest.approx(_teacher_forced(policy, prompt, shared.ids, temperature or 1.0),
-                                                abs=1e-4)
+    policy = TransformersPolicy(tiny_model_dir, device="cpu", max_batch=8, kv_keep_mb=0)
+    widths = []
+    hook = policy.model.register_forward_pre_hook(
+        lambda m, a, kw, widths=widths: widths.append(kw["input_ids"].shape), with_kwargs=True)
+    shared = policy.generate([Request(prompt_ids=p, messages=[], task=None) for p in prompts], sampling)
+    hook.remove()
+    assert widths[0] == (3, 6) and widths[1] == (6, 1)  # 3 distinct prompts, all but the last column; then on
+    for gen, prompt in zip(shared, prompts, strict=True):
+        assert gen.logprobs == pytest.approx(_teacher_forced(policy, prompt, gen.ids, temperature or 1.0), abs=1e-4)
+        if temperature == 0:
+            alone = policy.generate([Request(prompt_ids=prompt, messages=[], task=None)], sampling)[0]
+            assert gen.ids == alone.ids and gen.logprobs == pytest.approx(alone.logprobs, abs=1e-5)
     if temperature > 0:
-        assert len({tuple(g.ids) for g in runs[True][:3]}) > 1  # the members still sample their own continuations
+        assert len({tuple(g.ids) for g in shared[:3]}) > 1  # the members still sample their own continuations
 
 
 def _turns(policy: TransformersPolicy, prompts: list[list[int]], sampling: SamplingParams, turns: int = 3):

@@ -25,6 +25,7 @@ from sleuth.core.net import (
     send_with_retries,
     wait_healthy,
 )
+from sleuth.envs.outcome import wire
 from sleuth.envs.remote import AsyncRemoteEnv, RemoteEnv, RemoteEnvError
 from sleuth.servers.env import create_app
 
@@ -174,7 +175,7 @@ def test_a_step_whose_answer_is_lost_is_retried_and_taken_once(hotpot_tasks):
     task = hotpot_tasks[0]
     local = sleuth.make("DocRead-v0", harness="json")
     local.reset(options={"task": task})
-    expected = [local.step(a) for a in READ]
+    expected = [(*step[:4], wire(step[4])) for step in (local.step(a) for a in READ)]  # as the wire carries it
     with in_thread(create_app("sleuth/DocRead-v0")) as url:
         proxy = LosesAnswers(url, b"/step")
         remote = RemoteEnv(proxy.url, harness="json", backoff_s=0.05)
@@ -190,7 +191,7 @@ def test_the_async_remote_env_retries_a_lost_step_too(hotpot_tasks):
     task = hotpot_tasks[0]
     local = sleuth.make("DocRead-v0", harness="json")
     local.reset(options={"task": task})
-    expected = [list(local.step(a)) for a in READ]
+    expected = [[*step[:4], wire(step[4])] for step in (local.step(a) for a in READ)]
 
     async def episode(url):
         env = AsyncRemoteEnv(url, harness="json", backoff_s=0.05)
@@ -246,7 +247,8 @@ def test_remote_env_draws_from_tasks_as_the_local_envs_do(hotpot_tasks):
             if seed is None:  # unseeded: drawn from the env's own generator, still one of the tasks
                 assert remote.reset()[1]["task_id"] in {t.id for t in tasks}
             else:
-                assert remote.reset(seed=seed) == local.reset(seed=seed)
+                obs, info = local.reset(seed=seed)
+                assert remote.reset(seed=seed) == (obs, wire(info))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             check_env(remote.unwrapped, skip_render_check=True)  # it resets without a task: drawn from tasks

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import sleuth
-from sleuth.agents.eval.episodes import evaluate
+from sleuth.agents.eval.episodes import evaluate_env
 from sleuth.agents.loop.episodes import run_episodes
 from sleuth.agents.policies.base import Generation
 from sleuth.core.net import free_port, retry_counts, wait_healthy
@@ -96,7 +96,7 @@ def test_eight_episodes_share_the_templates_single_session_server(served, tokeni
 def test_a_policy_that_never_calls_validly_ends_at_the_invalid_action_limit(served, tokenizer, tmp_path):
     """Before: the env's own limits never saw a refused reply, so an episode ran to max_turns (64). Now the
     eighth refused reply in a row ends it, scored on what it did (the env's verdict), and the report says why."""
-    summary = evaluate(lambda: sleuth.make(served), load_tasks("seeds:0-2"), Writes(tokenizer, "I will echo."),
+    summary = evaluate_env(lambda: sleuth.make(served), load_tasks("seeds:0-2"), Writes(tokenizer, "I will echo."),
                        tmp_path, concurrency=3, env_id=served, progress=False)
     assert summary["n"] == 3 and summary["n_failed"] == 0
     assert summary["stop_reasons"] == {"invalid_actions": 3}

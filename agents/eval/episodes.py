@@ -199,7 +199,7 @@ def policy_identity(spec: str) -> dict[str, Any]:
     return {"spec": spec, "path": str(path.resolve()), "weights": digest.hexdigest()[:16]}
 
 
-def evaluate(
+def evaluate_env(
     make_env: Callable[[], gymnasium.Env],
     tasks: Sequence[Task],
     policy: Policy,

@@ -80,7 +80,7 @@ class TransformersPolicy:
     run as it is, so that one process holds one copy of the weights."""
 
     def __init__(self, model: str = "smollm2", device: str | None = None, dtype: torch.dtype | None = None,
-                 max_batch: int = 8, share_prefill: bool = True, kv_keep_mb: int = 1024,
+                 max_batch: int = 8, kv_keep_mb: int = 1024,
                  module: torch.nn.Module | None = None):
         from transformers import AutoTokenizer, DynamicCache
         from transformers.cache_utils import DynamicLayer
@@ -96,7 +96,6 @@ class TransformersPolicy:
         # The prefill is most of a turn's cost on a CPU (SmolLM2, 2 cores: 16 rows × 1,000 prompt tokens take
         # 64 s, 48 decode steps of those rows 7 s). A GRPO group's members start from the same prompt: it is
         # prefilled once and its KV cache copied to each member.
-        self.share_prefill = share_prefill
         # An episode's next prompt starts with its last prompt and generation: their KV states are kept
         # (up to `kv_keep_mb` MB, per weights version) and only the new tokens are prefilled. Only for
         # models whose cache is plain full attention; 0 turns it off.
@@ -161,8 +160,7 @@ class TransformersPolicy:
         from transformers import DynamicCache
 
         first: dict[tuple[int, ...], int] = {}
-        rows = [first.setdefault(tuple(p), i) for i, p in enumerate(prompts)] if self.share_prefill \
-            else list(range(len(prompts)))
+        rows = [first.setdefault(tuple(p), i) for i, p in enumerate(prompts)]
         distinct = sorted(set(rows))
         hits = {d: self.prefixes.lookup(prompts[d], self.version) if self.prefixes is not None else PrefixHit(None, 0)
                 for d in distinct}

@@ -8,7 +8,7 @@ decoding the model's calls. Imported only where bfcl-eval and all its dependenci
 The model is registered as `sleuth-policy-FC` (the way BFCL adds a model: an entry of `MODEL_CONFIG_MAPPING`), with
 BFCL's `OpenAICompletionsHandler` in function-calling mode and `underscore_to_dot` (OpenAI tool names cannot hold
 a dot, so `math.factorial` is offered as `math_factorial`), so the official harness run against sleuth's gateway
-(`bench/bfcl_parity.py`) and this env score one model the same way.
+(`experiments/bfcl_parity.py`) and this env score one model the same way.
 
 bfcl-eval keeps a multi-turn item's backend instances in a module-global dict keyed by (model name, item id); each
 episode here runs under a model name of its own (so the G episodes of a GRPO group never share a file system), and

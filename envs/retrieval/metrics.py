@@ -32,3 +32,14 @@ def read_qrels(path: str) -> dict[str, dict[str, int]]:
                 continue  # a header
             qrels.setdefault(q, {})[d] = int(g)
     return qrels
+
+
+def mean_scores(ranked: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]]) -> dict[str, float]:
+    """nDCG@10 and Recall@100 averaged over the queries of `ranked` that `qrels` judges (BEIR's headline pair),
+    with how many were judged; empty when none is."""
+    judged = [(q, r) for q, r in ranked.items() if q in qrels]
+    if not judged:
+        return {}
+    return {"judged_queries": len(judged), "ndcg@10": round(sum(ndcg_at_k(r, qrels[q], 10) for q, r in judged) /
+                                                            len(judged), 4),
+            "recall@100": round(sum(recall_at_k(r, qrels[q], 100) for q, r in judged) / len(judged), 4)}

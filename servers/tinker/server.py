@@ -5,6 +5,7 @@ answered as a future; the rest answers at once."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from sleuth.servers.base import Server
 from sleuth.servers.tinker.service import POLL_HOLD_S, PROTO, SDK_VERSION, Refused, TinkerService, refused
 
 
@@ -162,28 +164,24 @@ def make_app(service: TinkerService) -> FastAPI:
     return app
 
 
-def serve(model: str, served_name: str | None, host: str, port: int, state_dir: Path, sampler: str = "transformers",
-          vllm_python: str | None = None) -> None:
-    import uvicorn
-
+def build(args: argparse.Namespace) -> Server:
+    """`sleuth serve tinker`'s server from its flags (`servers.catalog`): one base model, LoRA clients on it, and
+    its sampler (the module itself, or a vLLM server loaded with verified syncs)."""
     from sleuth.agents.policies.models import EMBEDDED, EMBEDDED_HUB_ID, resolve_model
     from sleuth.servers.tinker.lora import LoraModels
 
-    path = resolve_model(model)
-    name = served_name or (EMBEDDED_HUB_ID if model == EMBEDDED else model)
+    path = resolve_model(args.model)
+    name = args.name or (EMBEDDED_HUB_ID if args.model == EMBEDDED else args.model)
+    state_dir = Path(args.state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
-    models = LoraModels(path, name, aliases=(model,))  # `--model smollm2` is asked for as "smollm2" too
+    models = LoraModels(path, name, aliases=(args.model,))  # `--model smollm2` is asked for as "smollm2" too
     engine = models
-    if sampler == "vllm":
+    if args.sampler == "vllm":
         from sleuth.servers.tinker.vllm_sampler import VLLMSampler
 
-        engine = VLLMSampler(models, vllm_python)
+        engine = VLLMSampler(models, args.vllm_python)
     also = "".join(f" (also as {a!r})" for a in models.aliases)
-    print(f"serving {name}{also} ({path}) for tinker {SDK_VERSION} clients at http://{host}:{port}, sampling on "
-          f"{sampler}; checkpoints in {state_dir}", flush=True)
-    try:
-        uvicorn.run(make_app(TinkerService(models, engine, state_dir)), host=host, port=port, log_level="warning")
-    finally:
-        if engine is not models:
-            engine.close()
-
+    banner = (f"serving {name}{also} ({path}) for tinker {SDK_VERSION} clients at {{url}}, sampling on "
+              f"{args.sampler}; checkpoints in {state_dir}")
+    return Server(make_app(TinkerService(models, engine, state_dir)), banner,
+                  engine.close if engine is not models else lambda: None)

@@ -103,13 +103,10 @@ class ScoredForward:
     the module it wraps; `attention` marks real tokens of right-padded rows."""
 
     def __init__(self, model: Callable[..., Any], module: torch.nn.Module, temperature: float = 1.0,
-                 packed: bool = False, chunk: int = 1024, share_prefix: bool = True, full_logits: bool = False):
+                 packed: bool = False, chunk: int = 1024, share_prefix: bool = True):
         if chunk < 1:
             raise ValueError(f"the logit chunk must be ≥ 1 position, got {chunk}")
         self.model, self.temperature, self.packed, self.chunk = model, temperature, packed, chunk
-        # A measurement switch: the head over every position, (B, L, V) logits then a tempered fp32 copy,
-        # and only then the scored rows (how sleuth's update ran before; same numbers, more compute and memory)
-        self.full_logits = full_logits
         self.head = causal_lm(module).get_output_embeddings()
         # one causal SDPA call per packed sequence instead of a masked one over the whole row; only then can
         # the row also share prefixes (the blocks are that attention's)
@@ -128,9 +125,6 @@ class ScoredForward:
         else:
             out = self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
             return Scored(out.hidden_states[-1], self.temperature, self.head, full=out.logits[:, :-1][sel])
-        if self.full_logits:
-            tempered = self.head(hidden).float() / self.temperature
-            return Scored(hidden, 1.0, self.head, full=tempered[:, :-1][sel])
         return Scored(hidden, self.temperature, self.head, selected=hidden[:, :-1][sel], chunk=self.chunk)
 
     def uses_packing(self) -> bool:

@@ -3,24 +3,21 @@ task groups) → advantages from the configured estimator → one policy update 
 weight sync to the rollout engine, verified → metrics, checkpoint. With `rollout.max_staleness` ≥ 1 the
 rollouts come from a `RolloutStream` that samples while the update runs (asynchronous training).
 
-An episode that failed for infrastructure reasons (`Trajectory.failed`: the env could not reset or step, the
-engine could not generate) is no outcome of the policy: its whole group leaves the update (a group baseline
-over the survivors would be another group's), it is counted (`episodes/failed`, `groups/dropped_failed`), kept
-out of the reward metrics and still written to the rollouts file. A step whose every episode failed is an
-outage: it is sampled again after a backoff (`rollout.outage_retries`, counted as `outage/*`), and stops the
-run (`training.failures`) when the last retry fails too. SIGINT and SIGTERM are held until the step in flight
-has finished; it is then checkpointed and the signal raised (`sleuth.core.interrupts`). A step whose update had no
-learning signal (every advantage 0, or a zero gradient) is flagged (`no_signal`) and warned about once, with
-the count at the end of the run."""
+An episode that failed on infrastructure (`Trajectory.failed`) is no outcome of the policy: its whole group leaves
+the update, counted (`episodes/failed`, `groups/dropped_failed`) and still written to the rollouts file. A step
+whose every episode failed is an outage: sampled again after a backoff (`rollout.outage_retries`, `outage/*`), it
+stops the run (`training.rl.failures`) when the last retry fails too. SIGINT and SIGTERM are held until the step in
+flight has finished, checkpointed, then raised (`sleuth.core.interrupts`). A step whose update had no learning
+signal (every advantage 0, or a zero gradient) is flagged (`no_signal`) and warned about once, with the count at
+the end of the run."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,7 +27,6 @@ import torch
 import torch.distributed as dist
 
 from sleuth.agents.eval.rescore import Rescorer
-from sleuth.agents.loop.episodes import run_episodes
 from sleuth.agents.policies.base import SamplingParams
 from sleuth.agents.policies.requests import WeightsGate
 from sleuth.agents.trajectory import Trajectory
@@ -45,6 +41,8 @@ from sleuth.training.metrics import MISMATCH_WARN
 from sleuth.training.rl.branching import BranchRounds
 from sleuth.training.rl.collected import Collected
 from sleuth.training.rl.failures import FailureWatch
+from sleuth.training.rl.records import write_credit, write_rollouts
+from sleuth.training.rl.rounds import episode_round, round_seed, sampling
 from sleuth.training.rl.step_metrics import Outage, StepPart, components, ranges, step_row, why_no_signal
 from sleuth.training.rl.task_order import TaskSampler
 from sleuth.training.rl.update import PolicyUpdater, all_max, all_sum
@@ -204,13 +202,13 @@ class Trainer:
         t0, cpu0 = time.perf_counter(), time.process_time()
         got, outage = self._collect_through_outage(step, held)
         kept, seen = got.kept, got.seen
-        self._write_rollouts(step, seen)
+        write_rollouts(self.out, step, self.rank, seen)
         self.failures.check(step, seen)
         ok = [t for t in seen if not t.failed and not t.branch_at]  # a failed episode has no outcome
         t2 = time.perf_counter()
         t1 = t2 - got.reward_s
         advantages = got.advantages
-        self._write_credit(step, seen, kept, advantages)
+        write_credit(self.out, step, self.rank, seen, kept, advantages)
         teacher = self.teacher.score(kept, self.tasks_by_id) if self.teacher is not None else None
         t_teacher = time.perf_counter() - t2
         upd = self.updater.update(kept, advantages, teacher)
@@ -306,33 +304,6 @@ class Trainer:
                        file=sys.stderr)
         raise held.interruption()
 
-    def _write_rollouts(self, step: int, trajs: Sequence[Trajectory]) -> None:
-        """Every trajectory of the step, as the agent loop recorded it (one file per rank)."""
-        d = self.out / "rollouts"
-        d.mkdir(parents=True, exist_ok=True)
-        path = d / f"step-{step:06d}.rank{self.rank}.jsonl"
-        path.write_text("".join(t.to_json() + "\n" for t in trajs), encoding="utf-8")
-
-    def _write_credit(self, step: int, seen: Sequence[Trajectory], kept: Sequence[Trajectory],
-                      advantages: Sequence[np.ndarray]) -> None:
-        """The credit sidecar of the step's rollouts file (in rollouts/credit/), so the viewer shows the
-        advantages the loss used: one line per kept trajectory, `line` its line in the rollouts file, `adv` one
-        value per action token (turns' action ids concatenated, the loss mask's order); gear_mix's (tokens, K)
-        granularities are written as `adv_k` rows, with `adv` their mean (the mixed value exists only inside the
-        update)."""
-        line = {id(t): k for k, t in enumerate(seen)}
-        rows = []
-        for t, a in zip(kept, advantages, strict=True):
-            a = np.asarray(a, dtype=np.float64)
-            row: dict[str, Any] = {"task_id": t.task_id, "group": t.group, "line": line.get(id(t))}
-            row["adv"] = (a if a.ndim == 1 else a.mean(axis=1)).tolist()
-            if a.ndim > 1:
-                row["adv_k"] = a.tolist()
-            rows.append(json.dumps(row) + "\n")
-        path = self.out / "rollouts" / "credit" / f"step-{step:06d}.rank{self.rank}.jsonl"  # beside, not among,
-        path.parent.mkdir(exist_ok=True)  # the rollouts: readers of rollouts/*.jsonl read trajectories only
-        path.write_text("".join(rows), encoding="utf-8")
-
     def _sync(self) -> dict[str, float]:
         """The verified weight sync; under a rollout stream it first waits for the generate calls in flight
         (new ones wait for it), at most `rollout.sync_timeout_s`."""
@@ -340,7 +311,7 @@ class Trainer:
             with self.gate.update(self.cfg.rollout.sync_timeout_s):
                 return self.rollout.sync(self.engine.module)
         except TimeoutError as e:
-            raise WeightSyncError(f"weight sync timed out waiting for the rollout deepspeed: {e} "
+            raise WeightSyncError(f"weight sync timed out waiting for the rollout engine: {e} "
                                   "(rollout.sync_timeout_s)") from None
 
     # -- rollouts -------------------------------------------------------------------------------------
@@ -359,17 +330,16 @@ class Trainer:
 
     def _stream(self) -> RolloutStream:
         rc, cfg = self.cfg.rollout, self.cfg
-        seed = (cfg.seed * 1_000_003 + self.rank) % (2**31)
-        sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
+
         def next_tasks() -> list[Task]:
             if self.replay:  # issued before the checkpoint this run resumed from, never taken: issued again first
                 return [self.tasks_by_id[i] for i in self.replay.popleft()]
             return self._draw(rc.tasks_per_step)
 
-        return RolloutStream(self.make_env, next_tasks,
-                             self.rollout.policy, sampling, group_size=rc.group_size, concurrency=rc.concurrency,
-                             max_staleness=rc.max_staleness, env_id=cfg.env, env_threads=rc.env_threads, gate=self.gate,
-                             episode_timeout_s=rc.episode_timeout_s)
+        params = sampling(rc, cfg.seed * 1_000_003 + self.rank)
+        return RolloutStream(self.make_env, next_tasks, self.rollout.policy, params, group_size=rc.group_size,
+                             concurrency=rc.concurrency, max_staleness=rc.max_staleness, env_id=cfg.env,
+                             env_threads=rc.env_threads, gate=self.gate, episode_timeout_s=rc.episode_timeout_s)
 
     def collect(self, step: int) -> Collected:
         """This rank's trajectories for the update and their advantages (`Collected`): groups without a
@@ -413,36 +383,17 @@ class Trainer:
 
     def _agent(self) -> AgentRollouts:
         """A user's agent through the gateway (`agent:` in the config) instead of an env."""
-        rc = self.cfg.rollout
-        seed = (self.cfg.seed * 1_000_003 + self.rank) % (2**31)
-        sampling = SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
-        return AgentRollouts(self.cfg.agent, self.rollout.policy, self.gate, sampling, rc.episode_timeout_s)
+        params = sampling(self.cfg.rollout, self.cfg.seed * 1_000_003 + self.rank)
+        return AgentRollouts(self.cfg.agent, self.rollout.policy, self.gate, params, self.cfg.rollout.episode_timeout_s)
 
     def _rollout_round(self, step: int, round_: int, chosen: list[Task], reissue: bool = False) -> list[Trajectory]:
-        """A group of `rollout.group_size` episodes for each task of `chosen` (`reissue`: again, for the groups
-        of round `round_` that an infrastructure failure took out), each group under its own key."""
-        rc, cfg = self.cfg.rollout, self.cfg
+        """Round `round_`'s groups for `chosen` (`reissue`: again, for the groups an infrastructure failure took)."""
         label = f"{round_}r" if reissue else str(round_)
-        if self.agent is not None:
-            trajs = self.agent.round(chosen, rc.group_size)
-            for t in trajs:
-                t.group = f"{t.task_id}@{step}.{label}"
-            return trajs
-        tasks = [t for t in chosen for _ in range(rc.group_size)]
-        sampling = self._sampling(step, round_, reissue * 7919)
-        trajs = list(run_episodes(self.make_env, tasks, self.rollout.policy, sampling, rc.concurrency, env_id=cfg.env,
-                                  env_threads=rc.env_threads, episode_timeout_s=rc.episode_timeout_s))
-        for t in trajs:
-            t.group = f"{t.task_id}@{step}.{label}"
-        return trajs
+        return episode_round(self.make_env, self.rollout.policy, self.agent, self.cfg.rollout, self.cfg.env, chosen,
+                             f"{step}.{label}", self._sampling(step, round_, reissue * 7919))
 
     def _sampling(self, step: int, round_: int, salt: int) -> SamplingParams:
-        """The rollout's sampling parameters under a seed of its own for this step, round and kind of group."""
-        rc, cfg = self.cfg.rollout, self.cfg
-        seed = (cfg.seed * 1_000_003 + step * 1009 + round_ * 31 + salt + self.rank) % (2**31)
-        return SamplingParams(max_tokens=rc.max_tokens, temperature=rc.temperature, top_p=rc.top_p, seed=seed)
-
-    # -- metrics --------------------------------------------------------------------------------------
+        return sampling(self.cfg.rollout, round_seed(self.cfg.seed, self.rank, step, round_, salt))
 
 
 def _gather(obj: T) -> list[T]:

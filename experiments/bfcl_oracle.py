@@ -2,7 +2,7 @@
 every item of every offline BFCL v4 category, scored by bfcl-eval's checker. It must score 1.0 wherever BFCL's
 ground truth passes BFCL's checker; every item where it does not is listed with the checker's reason.
 
-    .venv/bin/python bench/bfcl_oracle.py [--tasks bfcl:all] [--out runs/bfcl_oracle]
+    .venv/bin/python experiments/bfcl_oracle.py [--tasks bfcl:all] [--out runs/bfcl_oracle]
 
 Runs through `sleuth eval --env bfcl:all --policy oracle` (the env in `.venv-bfcl`, as any user runs it)."""
 

@@ -1,7 +1,7 @@
 """GPU checks of sleuth's training paths, in one process, under a hard time budget; prints figures.
 
-Run on a CUDA machine (bf16 + NCCL):   python bench/gpu_check.py [--budget-s 300]
-Run here, tiny and fast (fp32 + gloo): python bench/gpu_check.py --cpu-smoke
+Run on a CUDA machine (bf16 + NCCL):   python experiments/gpu_check.py [--budget-s 300]
+Run here, tiny and fast (fp32 + gloo): python experiments/gpu_check.py --cpu-smoke
 
 Checks, in this order (each PASS / FAIL / SKIP with figures; a failure never stops the others):
   env          GPU, torch / CUDA / NCCL versions, bf16 support, nvidia-smi, a bf16 matmul rate

@@ -1,4 +1,4 @@
-"""bench/soak.py's verdict: steps, faults and memory judged from what the soak wrote, as report.md and memory.png."""
+"""experiments/soak.py's verdict: steps, faults and memory judged from what the soak wrote (report.md, memory.png)."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def judge(a: Any, run: Path, rc: int, ended_early: bool, resumed: Any, step_time
     problems += [f"{p['name']} ({p['pid']}) grows {p['slope_mb_h']:.1f} MB/h after warm-up (> {a.max_slope})"
                  for p in procs if p["judged"] and p["slope_mb_h"] > a.max_slope]
     plot(mem, faults, out / "memory.png")
-    lines = [f"Soak of {span_s / 3600:.2f} h on {cpu}: `{' '.join(['bench/soak.py', '--hours', str(a.hours)])}`",
+    lines = [f"Soak of {span_s / 3600:.2f} h on {cpu}: `{' '.join(['experiments/soak.py', '--hours', str(a.hours)])}`",
              "", f"**{'PASS' if not problems else 'FAIL'}**" + "".join(f"\n- {p}" for p in problems), "",
              f"Steps completed: {n} (resume trained step {n + 1}: {resumed.returncode == 0}); run stopped with "
              f"SIGINT, rc {rc}.", "", "| fault | injected | hit a process | counted |", "|---|---|---|---|"]

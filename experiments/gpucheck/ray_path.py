@@ -100,7 +100,7 @@ def _ray_run(rep: Report, st: State, name: str, extra: list[str]) -> None:
         except ImportError as e:
             c.skip = f"ray is not importable ({e})"
             return
-        from sleuth.cli.args import parse_kv
+        from sleuth.core.args import parse_kv
         from sleuth.training.config import load_config
         from sleuth.training.zero import DIST_VARS
 

@@ -3,7 +3,7 @@ sleuth's OpenAI-compatible gateway serving a policy greedily, against `sleuth ev
 policy on the same items. Prints, per category, how many items the two score the same, both accuracies, the
 overall accuracy each computes BFCL's way, and each side's episodes per minute; writes the disagreements.
 
-    .venv/bin/python bench/bfcl_parity.py [--per-category 8] [--multi-turn-per-category 3] [--policy smollm2]
+    .venv/bin/python experiments/bfcl_parity.py [--per-category 8] [--multi-turn-per-category 3] [--policy smollm2]
         [--out runs/bfcl_parity]
 
 Items: the first N held-out (`test` split) items of each offline category. Both sides run one item at a time (the

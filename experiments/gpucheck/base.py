@@ -1,5 +1,5 @@
 """Shared by the GPU checks: the report, a check's context manager, device helpers, the run's state,
-synthetic batches and prompts. See bench/gpu_check.py for what is checked."""
+synthetic batches and prompts. See experiments/gpu_check.py for what is checked."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The estimator ablation: advantage estimators from the same warm-start checkpoint, with the same seeds,
 training tasks (hotpotqa:train) and rollout budget (episodes, not steps), then the same held-out questions.
 
-Run: `.venv/bin/python bench/ablate.py [--env docread|search] [--budget EPISODES] [--arms issue|search|all]
+Run: `.venv/bin/python experiments/ablate.py [--env docread|search] [--budget EPISODES] [--arms issue|search|all]
 [--only grpo,gigpo] [--dev-limit N] [--eval-limit N] [--reader PATH]`.
 
 Arms, grpo first (the matched outcome-only baseline every other arm is compared to):
@@ -26,9 +26,9 @@ Budget and cost: the CPU default is 32 episodes per arm (4 steps of 2 tasks × 4
 `configs/docread_cigpo.yaml`, its KL anchor included): with 48 test questions that took 3–8 min per arm on 2
 cores; the 100 dev questions add ~2 min per model on DocRead, ~4 on Search. The issue's budget is 480
 episodes (60 steps) per arm, measured on a 2-core Xeon with AMX-BF16:
-- `.venv/bin/python bench/ablate.py --budget 480`: DocRead, 6 arms, 2 h 0 min (13–22 s per step, 17–25 min
+- `.venv/bin/python experiments/ablate.py --budget 480`: DocRead, 6 arms, 2 h 0 min (13–22 s per step, 17–25 min
   per arm with its evaluations; building the lexical-SFT reader first adds ~35 min);
-- `.venv/bin/python bench/ablate.py --env search --budget 480`: Search, 3 arms, ~2 h (about 30 s per step,
+- `.venv/bin/python experiments/ablate.py --env search --budget 480`: Search, 3 arms, ~2 h (about 30 s per step,
   ~38 min per arm with its evaluations; the warm start's SFT and evaluations ~15 min).
 Run nothing else on the machine meanwhile: a second 2-thread torch process on 2 cores made both ~5× slower.
 On a GPU raise the group size too (`--set rollout.group_size=16`, applied to every arm). `--smoke` runs the
@@ -55,9 +55,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ablate_report import HeldOut, eval_dir, evaluated, per_question, row, write
-from common import publish
 
 ROOT = Path(__file__).resolve().parents[1]
+OUT = Path("runs/experiments")
 VARIANTS: dict[str, list[str]] = {
     "grpo": ["algorithm.estimator=grpo"],
     "dr_grpo": ["algorithm.estimator=dr_grpo", "loss.aggregation=seq_mean_token_sum_norm"],
@@ -265,7 +265,7 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown arm(s) {unknown}; known: {', '.join([*VARIANTS, *READER_ARMS])}")
     out = Path(args.out or setup.out)
-    from sleuth.cli.args import parse_kv
+    from sleuth.core.args import parse_kv
     from sleuth.core.errors import ConfigError
     from sleuth.training.config import load_config
 
@@ -328,7 +328,10 @@ def report(out: Path, rows: list[dict], args: argparse.Namespace) -> None:
     warm = {h.name: per_question(eval_dir(out / "warm-start", h)) for h in args.sets}
     body = write(out, args.setup.title, header(args, out), rows, warm, args.sets, args.setup.reads)
     if len(rows) == len(args.names) and not args.smoke:
-        publish("ablate" if args.env == "docread" else f"ablate-{args.env}", args.setup.title, body)
+        name = "ablate" if args.env == "docread" else f"ablate-{args.env}"
+        print(body)
+        OUT.mkdir(parents=True, exist_ok=True)
+        (OUT / f"{name}.md").write_text(f"# {args.setup.title}\n\n{body}\n")
 
 
 if __name__ == "__main__":

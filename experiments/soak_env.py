@@ -1,4 +1,4 @@
-"""The soak's env (bench/soak.py): DocRead, served by `sleuth serve env`, that can be made to hang from outside.
+"""The soak's env (experiments/soak.py): DocRead, served by `sleuth serve env`, that can be made to hang from outside.
 
 A file named `hang` in `fault_dir` makes the next step of some session block until that session is closed (as
 an env waiting on a sandbox that stopped answering); whoever claims the file (an atomic rename) hangs, so one

@@ -1,12 +1,12 @@
 """Soak: asynchronous training on Ray for hours under faults injected at random times, with the resident memory of
 every process it started sampled throughout.
 
-Run: `.venv/bin/python bench/soak.py --hours 2 [--out runs/soak] [--model smollm2]`. Writes report.md, memory.png
+Run: `.venv/bin/python experiments/soak.py --hours 2 [--out runs/soak] [--model smollm2]`. Writes report.md, memory.png
 and the raw samples (memory.jsonl, faults.jsonl) to --out and prints the report; exits 1 when it fails.
 
 What runs: `sleuth train` (configs/docread_quick.yaml, `cluster.backend: ray`, two rollout workers, one env worker,
 `rollout.max_staleness: 1`) whose env is `Remote-v0`, each session on an env server (`sleuth serve env`) that the
-soak starts and serves bench/soak_env.py's FaultyDocRead from. Faults, one at a time at exponential intervals
+soak starts and serves experiments/soak_env.py's FaultyDocRead from. Faults, one at a time at exponential intervals
 (mean `--fault-every-min`), in turn:
 - `rollout_kill`: SIGKILL of a `ray::RolloutWorker` (Ray restarts it; counted in `cluster/restarts`);
 - `env_worker_kill`: SIGKILL of the `ray::EnvWorker` (restarted; its sessions' episodes fail; `cluster/env_restarts`);
@@ -37,10 +37,10 @@ import sys
 import time
 from pathlib import Path
 
-from common import cpu_name
 from soak_report import failure_reasons
 
-from sleuth.cli.args import bounded
+from sleuth.core.args import bounded
+from sleuth.core.machine import cpu_name
 from sleuth.core.net import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,1 +1,0 @@
-"""The checks behind bench/gpu_check.py, one file per group."""

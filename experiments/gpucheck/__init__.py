@@ -1,0 +1,1 @@
+"""The checks behind experiments/gpu_check.py, one file per group."""
