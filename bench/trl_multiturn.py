@@ -73,7 +73,7 @@ def warm_start() -> Path:
         "micro_batch_tokens": 4096,
         "data": {"source": "oracle", "demonstrator": "oracle", "tasks": "hotpotqa:train", "task_limit": 60,
                  "env": "DocRead-v0", "env_args": {"harness": "template"}},
-        "engine": {"zero_stage": 0, "lr": 5e-5}, "checkpoint": {"every": 0, "export_hf": True}}))
+        "deepspeed": {"zero_stage": 0, "lr": 5e-5}, "checkpoint": {"every": 0, "export_hf": True}}))
     print(f"warm start: sleuth sft on oracle episodes → {hf} (once)", file=sys.stderr, flush=True)
     subprocess.run([sys.executable, "-m", "sleuth.cli", "sft", "--config", str(config)], check=True)
     return hf

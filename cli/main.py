@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + args.on_interrupt, file=sys.stderr)
         return exit_code(e)  # 130 (SIGINT) or 143 (SIGTERM)
     except SleuthError as e:  # foreseen: its one line, and its branch's exit status (`core.errors`)
-        print(f"error: {one_line(str(e), 300) or type(e).__name__}", file=sys.stderr)
+        print(f"error: {one_line(str(e)) or type(e).__name__}", file=sys.stderr)
         return e.exit_code
     except Exception as e:
         if os.environ.get("SLEUTH_TRACEBACK") == "1":

@@ -40,8 +40,8 @@ def test_the_wheel_builds_without_warnings_and_holds_the_package_only(wheel):
     tops = {n.split("/")[0] for n in names}
     assert tops == {"sleuth", "sleuth-0.1.0.dist-info"}, tops  # never bare `agents`, `verifiers`, `tests`
     for needed in ["sleuth/verifiers/adapters/verl.py", "sleuth/envs/retrieval/bm25.py", "sleuth/synth/swe.py",
-                   "sleuth/tasks/swe_sets/toolz-1.2.0.jsonl", "sleuth/training/vllm_ext/sleuth_vllm_ext.py",
-                   "sleuth/registry.py", "sleuth/cli.py"]:
+                   "sleuth/tasks/swe_sets/toolz-1.2.0.jsonl", "sleuth/training/sync/vllm_ext/sleuth_vllm_ext.py",
+                   "sleuth/core/registry.py", "sleuth/cli/main.py"]:
         assert needed in names, needed
     assert "sleuth/setup.py" not in names and not any(n.startswith("sleuth/tests/") for n in names)
 

@@ -115,12 +115,13 @@ def test_importing_sleuth_reads_no_entry_point():
 
 
 def test_serve_verifier_takes_a_plugin_verifier_and_refuses_an_unknown_name(plugin_package, monkeypatch, capsys):
-    import sleuth.servers.verifier as server
+    import sleuth.servers.base as base
 
     served = []
-    monkeypatch.setattr(server, "serve", lambda name, host, port, workers: served.append(name))
-    assert main(["serve", "verifier", "--name", "loud", "--port", "0"]) == 0 and served == ["loud"]
-    assert main(["serve", "verifier", "--name", "lod", "--port", "0"]) == 2 and served == ["loud"]
+    monkeypatch.setattr(base, "run", lambda server, host, port: served.append(server.banner))
+    assert main(["serve", "verifier", "--name", "loud", "--port", "0"]) == 0
+    assert served == ["serving the loud verifier on {url}"]
+    assert main(["serve", "verifier", "--name", "lod", "--port", "0"]) == 2 and len(served) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown verifier 'lod' (did you mean 'loud'?)" in err
 

@@ -265,7 +265,7 @@ def test_a_run_killed_mid_checkpoint_resumes_from_the_last_complete_one_and_owns
               SEALING=str(tmp_path / "sealing"))
     wait_until(lambda: (tmp_path / "sealing").exists(), p)
     twin = sleuth(*args)  # the same command again, while the first one holds --out
-    assert twin.returncode == 1
+    assert twin.returncode == 2  # BadInput: another process owns --out
     [line] = errors(twin.stderr)
     assert f"{out.absolute()} is in use by pid {p.pid}" in line
     os.killpg(p.pid, signal.SIGKILL)
@@ -328,7 +328,7 @@ def test_sft_refuses_a_directory_another_process_owns(tiny_model_dir, tmp_path):
     finally:
         holder.kill()
         holder.wait()
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # BadInput: another process owns --out
     [line] = errors(proc.stderr)
     assert f"{out.absolute()} is in use by pid {holder.pid}" in line and "choose another --out" in line
 

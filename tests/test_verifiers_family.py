@@ -229,7 +229,7 @@ def test_reset_by_seed_from_the_main_venv_plays_the_row_it_plays_in_verifiers_ow
     obs, info = env.reset(seed=2)
     env.close()
     here = ("import json, sleuth; e = sleuth.make('verifiers:vf-calc'); o, i = e.reset(seed=2); e.close(); "
-            "print(json.dumps([o, i['task_id'], i['messages']]))")
+            "from sleuth.envs.outcome import reset_info; print(json.dumps([o, i['task_id'], reset_info(i).messages]))")
     there = subprocess.run([_venv_python(), "-P", "-c", here], capture_output=True, text=True, timeout=300)
     assert there.returncode == 0, there.stderr[-2000:]
     assert [obs, info["task_id"], reset_info(info).messages] == json.loads(there.stdout.strip().splitlines()[-1])

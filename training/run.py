@@ -49,7 +49,7 @@ class RunDir:
             return None
         import yaml
 
-        from sleuth.training.config import to_dict
+        from sleuth.training.typed_yaml import to_dict
 
         data = json.loads(json.dumps(to_dict(config), default=list))  # tuples and paths as YAML can read them
         self.path.mkdir(parents=True, exist_ok=True)

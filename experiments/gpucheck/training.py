@@ -150,7 +150,7 @@ def _trainer_attempt(rep: Report, st: State, c: Check, name: str, model: str, st
     data.update(model=model, out=str(out), max_steps=steps, tasks=st.tasks_spec, task_limit=24,
                 tensorboard=tensorboard)
     data["rollout"].update(max_tokens=max_tokens, group_size=group, tasks_per_step=2)
-    data["engine"].update(zero_stage=stage, lr=1e-3 if "tiny" in name else 1e-5, dtype=dtype)
+    data["deepspeed"].update(zero_stage=stage, lr=1e-3 if "tiny" in name else 1e-5, dtype=dtype)
     data.setdefault("loss", {})["entropy_coef"] = 0.01  # a random model earns no reward: entropy moves weights
     data["checkpoint"] = {"every": 1 if checkpoint else 0, "keep": 2, "export_hf": export}
     est_args = data.get("algorithm", {}).get("estimator_args") or {}

@@ -377,12 +377,10 @@ class Trainer:
                 break
         return got
 
-    def _draw(self, n: int) -> list[Task]:
-        """This rank's share of the next `n` tasks of the sampler (every rank draws alike)."""
+    def _draw(self, n: int) -> list[Task]:  # this rank's share of the sampler's next `n` (every rank draws alike)
         return [self.tasks[i] for i in self.sampler.take(n)[self.rank::self.world]]
 
-    def _agent(self) -> AgentRollouts:
-        """A user's agent through the gateway (`agent:` in the config) instead of an env."""
+    def _agent(self) -> AgentRollouts:  # a user's agent through the gateway (`agent:`) instead of an env
         params = sampling(self.cfg.rollout, self.cfg.seed * 1_000_003 + self.rank)
         return AgentRollouts(self.cfg.agent, self.rollout.policy, self.gate, params, self.cfg.rollout.episode_timeout_s)
 

@@ -106,9 +106,10 @@ class SFTConfig:
 
 
 def load_sft_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> SFTConfig:
-    from sleuth.training.config import load_yaml
+    from sleuth.training.config import RENAMED
+    from sleuth.training.typed_yaml import load_yaml
 
-    return load_yaml(SFTConfig, path, overrides)
+    return load_yaml(SFTConfig, path, overrides, RENAMED)
 
 
 def nll_numerator(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
