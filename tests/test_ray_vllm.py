@@ -35,7 +35,7 @@ def test_train_with_vllm_workers_on_ray_survives_a_killed_worker(tiny_model_dir,
     auto = str(auto_dtype(gpu_bf16, cpu_bf16_is_fast(), vllm=True)).removeprefix("torch.")
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
-    args = ["train", "--config", "configs/docread_quick.yaml", "--out", str(out), "--max-steps", "3",
+    args = ["train", "--config", "configs/docread_quick.yaml", "--out", str(out), "--max-steps", "2",
             "--set", f"model={tiny_model_dir}", "--set", "task_limit=24", "--set", "rollout.max_tokens=12",
             "--set", "rollout.group_size=2", "--set", "checkpoint.export_hf=false", "--set", "tensorboard=false",
             "--set", "rollout.temperature=0.7", "--set", "cluster.backend=ray", "--set", "rollout.inference=vllm",
@@ -58,7 +58,7 @@ def test_train_with_vllm_workers_on_ray_survives_a_killed_worker(tiny_model_dir,
     assert killed is not None, "the first step never finished with two workers up"
     assert len(dtypes) >= 2 and set(dtypes) == {auto}, (dtypes, auto)  # each engine in the trainer's dtype
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["step"] for r in rows] == [1, 2]  # step 2 ran with the killed worker restarted
     assert rows[0]["cluster/restarts"] == 0 and rows[-1]["cluster/restarts"] >= 1
     assert rows[-1]["cluster/live_workers"] == 2
     assert all(r["sync/max_logprob_diff"] <= 0.02 and r["sync/bytes_per_s"] > 0 for r in rows)  # over gloo
