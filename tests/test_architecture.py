@@ -142,3 +142,23 @@ def test_no_module_imports_itself_back_through_others():
         if name not in done:
             visit(name, [name])
     assert not circles, circles[:5]
+
+
+def test_every_exception_sleuth_raises_on_purpose_has_the_one_root():
+    """Each exception class of the package derives from `SleuthError` (through a branch that carries its exit
+    code), so the CLI catches one root; a class that subclasses a builtin exception alone is refused. (The code
+    sandbox's `_TestTimeout` is a `BaseException` on purpose: a test's own `except Exception` must not catch it.)"""
+    builtin = {"Exception", "RuntimeError", "ValueError", "LookupError", "KeyError", "OSError", "TypeError",
+               "ImportError", "TimeoutError", "ConnectionError"}
+    roots = {"SleuthError", "BadInput", "InfraFailure", "TrainingError", "ConfigError"}
+    loose = []
+    for path in ROOT.rglob("*.py"):
+        if _part(path) not in ALLOWED or "vllm_ext" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                bases = {b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
+                         if isinstance(b, (ast.Name, ast.Attribute))}
+                if bases & builtin and not bases & roots and node.name != "SleuthError":
+                    loose.append(f"{path.relative_to(ROOT)}:{node.name}")
+    assert not loose, loose
