@@ -88,6 +88,37 @@ class RolloutConfig:
             raise ValueError(f"rollout.episode_timeout_s must be > 0 (or null: no limit), got {self.episode_timeout_s}")
 
 
+    def check(self, cfg: TrainConfig) -> None:
+        """What the rest of the config must allow of these settings: where the vLLM engines live, who plays a
+        self-play env's other seats, and what each step's groups can give the estimator."""
+        if cfg.cluster.backend == "ray" and (self.vllm_url is not None or self.vllm_servers != 1):
+            raise ValueError("cluster.backend: ray places its own vLLM engines (cluster.rollout_workers of them): "
+                             "leave rollout.vllm_url and rollout.vllm_servers unset")
+        if cfg.env_args.get("opponent") == "self" and self.inference != "vllm":
+            raise ValueError("env_args opponent: self plays the policy's other seats on its own rollout servers: set "
+                             "rollout.inference: vllm (the transformers engine serves no other caller)")
+        estimator = cfg.algorithm.estimator
+        if estimator == "none" and self.zero_variance != "keep":
+            raise ValueError(f"algorithm.estimator: none gives every group a zero advantage, so rollout.zero_variance "
+                             f"{self.zero_variance} would leave out every group the teacher scores: set it to keep")
+        if self.group_size == 1:
+            import sleuth.rewards  # noqa: F401  (registers the shipped estimators)
+            from sleuth.rewards.base import declared
+
+            if declared(estimator, "group_relative"):
+                raise ValueError(f"rollout.group_size 1 leaves algorithm.estimator {estimator!r} nothing to learn "
+                                 "from: it compares each episode with the others of its group, so every advantage is "
+                                 "0; set rollout.group_size to 2 or more")
+        if self.max_staleness > 0:
+            if self.zero_variance == "dynamic":
+                raise ValueError("rollout.max_staleness > 0 takes whole steps of groups from a stream; "
+                                 "zero_variance: dynamic (sampling more groups in the same step) "
+                                 "needs max_staleness: 0")
+            if cfg.loss.rollout_is == "none" and cfg.update.old_logprobs == "recompute":
+                raise ValueError("rollout.max_staleness > 0 trains on samples from older weights: correct them with "
+                                 "the behaviour logprobs, loss.rollout_is: tis | mis (or update.old_logprobs: rollout)")
+
+
 @dataclass
 class BranchesConfig:
     """`branches:`, extra groups a step samples from inside episodes (research machinery; off by default).
@@ -189,6 +220,22 @@ class AgentConfig:
         """Whether the run trains this agent (an entry point or a command is given) instead of an env."""
         return self.entrypoint is not None or self.command is not None
 
+    def check(self, cfg: TrainConfig) -> None:
+        """An agent run has no env to replay or stream: its estimator must need no env state, and each step's
+        groups are sampled, then trained."""
+        if not self.enabled:
+            return
+        import sleuth.rewards  # noqa: F401  (registers the shipped estimators)
+        from sleuth.rewards.base import declared, supporting
+
+        if declared(cfg.algorithm.estimator, "supports_agents") is False:
+            able = ", ".join(supporting("supports_agents"))
+            raise ValueError(f"an agent run has no env state for algorithm.estimator {cfg.algorithm.estimator!r} (its "
+                             f"class leaves supports_agents False): use one of {able}")
+        if cfg.rollout.max_staleness > 0:
+            raise ValueError("an agent run samples each step's groups, then trains: rollout.max_staleness 0")
+
+
 
 @dataclass
 class TrainConfig:
@@ -228,54 +275,20 @@ class TrainConfig:
                 raise ValueError(f"tasks: name the rows of {self.env}'s task set it trains on (e.g. tasks: "
                                  "seeds:100-499), disjoint from the rows it is evaluated on")
             self.tasks = "seeds:train" if family is not None and family.seeded else "hotpotqa:train"
-        if self.cluster.backend == "ray" and (self.rollout.vllm_url is not None or self.rollout.vllm_servers != 1):
-            raise ValueError("cluster.backend: ray places its own vLLM engines (cluster.rollout_workers of them): "
-                             "leave rollout.vllm_url and rollout.vllm_servers unset")
-        if self.update.sync_transport == "collective" and self.cluster.backend != "ray":
-            raise ValueError("update.sync_transport: collective syncs Ray rollout workers: set cluster.backend: ray "
-                             "(the local engine shares the trainer's process; vLLM servers load a file)")
-        if self.agent.enabled:
-            import sleuth.rewards  # noqa: F401  (registers the shipped estimators)
-            from sleuth.rewards.base import declared, supporting
-
-            if declared(self.algorithm.estimator, "supports_agents") is False:
-                raise ValueError(f"an agent run has no env state for algorithm.estimator "
-                                 f"{self.algorithm.estimator!r} (its class leaves supports_agents False): use one of "
-                                 f"{', '.join(supporting('supports_agents'))}")
-            if self.rollout.max_staleness > 0:
-                raise ValueError("an agent run samples each step's groups, then trains: rollout.max_staleness 0")
-        if self.env_args.get("opponent") == "self" and self.rollout.inference != "vllm":
-            raise ValueError("env_args opponent: self plays the policy's other seats on its own rollout servers: set "
-                             "rollout.inference: vllm (the transformers engine serves no other caller)")
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be ≥ 1, got {self.max_steps}")
         if self.task_limit is not None and self.task_limit < 1:
             raise ValueError(f"task_limit must be ≥ 1 (or null for all), got {self.task_limit}")
+        self.agent.check(self)
+        self.branches.check(self)
+        self.rollout.check(self)
+        if self.update.sync_transport == "collective" and self.cluster.backend != "ray":
+            raise ValueError("update.sync_transport: collective syncs Ray rollout workers: set cluster.backend: ray "
+                             "(the local engine shares the trainer's process; vLLM servers load a file)")
         if self.loss.rollout_is != "none" and self.update.old_logprobs == "rollout":
             raise ValueError("loss.rollout_is corrects π_old (the recomputed trainer policy) towards π_rollout; with "
                              "update.old_logprobs: rollout they are the same policy: set old_logprobs: recompute "
                              "or rollout_is: none")
-        self.branches.check(self)
-        rc = self.rollout
-        if self.algorithm.estimator == "none" and rc.zero_variance != "keep":
-            raise ValueError(f"algorithm.estimator: none gives every group a zero advantage, so rollout.zero_variance "
-                             f"{rc.zero_variance} would leave out every group the teacher scores: set it to keep")
-        if rc.group_size == 1:
-            import sleuth.rewards  # noqa: F401  (registers the shipped estimators)
-            from sleuth.rewards.base import declared
-
-            if declared(self.algorithm.estimator, "group_relative"):
-                raise ValueError(f"rollout.group_size 1 leaves algorithm.estimator {self.algorithm.estimator!r} "
-                                 "nothing to learn from: it compares each episode with the others of its group, so "
-                                 "every advantage is 0; set rollout.group_size to 2 or more")
-        if rc.max_staleness > 0:
-            if rc.zero_variance == "dynamic":
-                raise ValueError("rollout.max_staleness > 0 takes whole steps of groups from a stream; "
-                                 "zero_variance: dynamic (sampling more groups in the same step) "
-                                 "needs max_staleness: 0")
-            if self.loss.rollout_is == "none" and self.update.old_logprobs == "recompute":
-                raise ValueError("rollout.max_staleness > 0 trains on samples from older weights: correct them with "
-                                 "the behaviour logprobs, loss.rollout_is: tis | mis (or update.old_logprobs: rollout)")
 
 
 # Keys that moved (2026-12: one name per thing, research settings in a section of their own), old → new path; a
