@@ -78,7 +78,7 @@ class Trajectory:
     episode: str = ""
     segment: int = 0
     segments: int = 1
-    # A branch (`agents.scheduler.Branch`): how many turns of a recorded episode it continued from (its
+    # A branch (`agents.loop.scheduler.Branch`): how many turns of a recorded episode it continued from (its
     # prompt holds them); 0 for an episode from the start.
     branch_at: int = 0
     meta: dict[str, Any] = field(default_factory=dict)

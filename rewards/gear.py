@@ -172,7 +172,7 @@ GRANULARITIES = ("outcome", "tool", "info_gain")
 
 class GearMix(Estimator):
     """sleuth's learned-mixing variant of GEAR (`gear_mix`): K advantage granularities per token, each
-    group-normalised, mixed in the trainer by a head over the policy's hidden state (`training.mixing`: the
+    group-normalised, mixed in the trainer by a head over the policy's hidden state (`training.rl.mixing`: the
     head learns from its own objective, never from the policy loss), plus EMA self-distillation.
     Granularities: `outcome` (GRPO of the outcome reward), `tool` (+1 for a turn whose tool call ran, −1 for a
     malformed or failed one, z-scored over the group's turns), `info_gain` (CIGPO's discounted, normalised

@@ -1,4 +1,4 @@
-"""Shared prefixes in packed rows (`training.packing.layout`): a group's prompt laid out once, branches of one
+"""Shared prefixes in packed rows (`training.rl.packing.layout`): a group's prompt laid out once, branches of one
 episode nested inside it, and every sequence's logprobs, entropies and gradients still its own."""
 
 import torch

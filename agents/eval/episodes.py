@@ -249,7 +249,7 @@ def evaluate_agent(
     samples: int = 1,
     identity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`evaluate` for an agent of the user's own (`agents.agent_runner.AgentFn`): each episode runs it against
+    """`evaluate` for an agent of the user's own (`agents.gateway.agent_runner.AgentFn`): each episode runs it against
     the gateway over `policy` (served in this process on a loopback port while episodes remain), its answer
     scored by the registered `verifier`; the same run directory, identity check, resume, failed-episode
     retry, summary and report. `sampling` is the gateway's default for what a call leaves unset."""

@@ -4,12 +4,12 @@ placed on a cluster, restarted when they die).
 With `backend: ray`, `sleuth train` connects to a Ray cluster (`address`: "auto" for a running one, a
 `ray://host:port` URL, or None to start a local one), reserves one placement-group bundle per rollout
 worker ({"CPU": worker_cpus, "GPU": worker_gpus}) and starts a `RolloutWorker` actor in each
-(`training.ray_rollout`). A worker whose process dies is restarted by Ray in its bundle; one that dies more
+(`training.cluster.rollout_workers`). A worker whose process dies is restarted by Ray in its bundle; one that dies more
 than `max_restarts` times within `restart_window_s` seconds is crash-looping and stopped for the run
-(`CrashLoop`). With `env_actors` > 0 the envs run in `EnvWorker` actors too (`training.ray_envs`), away from
+(`CrashLoop`). With `env_actors` > 0 the envs run in `EnvWorker` actors too (`training.cluster.env_actors`), away from
 the trainer. The trainer runs in the driver process (one DeepSpeed rank, or
 `torchrun` ranks each with their own workers), or, with `train_ranks` > 0, as that many `TrainRank` actors
-(`training.ray_train`), each with its own workers."""
+(`training.cluster.train_ranks`), each with its own workers."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The `RolloutEngine` of `cluster.backend: ray`: rollout workers (transformers, `training.ray_rollout`, or vLLM
-servers, `training.ray_vllm`) and the verified weight sync, through Ray's object store or a collective group
-(`update.sync_transport`, `training.ray_collective`)."""
+"""The `RolloutEngine` of `cluster.backend: ray`: rollout workers (transformers, `training.cluster.rollout_workers`,
+or vLLM servers, `training.cluster.vllm_workers`) and the verified weight sync, through Ray's object store or a
+collective group (`update.sync_transport`, `training.sync.ray_collective`)."""
 
 from __future__ import annotations
 

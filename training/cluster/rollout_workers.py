@@ -45,7 +45,7 @@ from sleuth.training.sync.weight_stream import Link, join, receive, send
 
 class Recovery(Protocol):
     """How a restarted worker gets the current weights, where the object store does not hold them
-    (`training.ray_collective.CollectiveSync`)."""
+    (`training.sync.ray_collective.CollectiveSync`)."""
 
     def recover(self, handle: WorkerHandle) -> tuple[int, Any]: ...
 

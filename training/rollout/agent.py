@@ -1,5 +1,5 @@
 """A user's agent as the trainer's source of rollouts: the agent (a Python function, or a program run per
-episode: `agents.agent_runner.CommandAgent`) runs unchanged against the OpenAI-compatible gateway over the
+episode: `agents.gateway.agent_runner.CommandAgent`) runs unchanged against the OpenAI-compatible gateway over the
 rollout engine's policy (served in this process), and each step's trajectories are what the gateway recorded
 of its calls. Sampling is the config's whatever the agent asks (`Gateway.fixed_sampling`):
 the trainer divides its logits by `rollout.temperature`, so the recorded logprobs must be of that

@@ -1,5 +1,5 @@
 """The rollout engine a config asks for: in this process (transformers), vLLM servers, or Ray rollout
-workers. It lives apart from the engines' shared protocol (`training.rollout`) so that it can import every
+workers. It lives apart from the engines' shared protocol (`training.rollout.in_process`) so that it can import every
 engine without an engine importing it back."""
 
 from __future__ import annotations

@@ -190,7 +190,7 @@ def server_env() -> dict[str, str]:
 
 def vllm_command(python: str, model_path: str, port: int, dtype: torch.dtype, served: str = "policy") -> list[str]:
     """The command of a vLLM server the trainer can sync and verify (add `rollout.vllm_args` to it). `dtype` is the
-    trainer's resolved `deepspeed.dtype` (`training.engine.resolved_dtype`): an engine in another dtype answers the
+    trainer's resolved `deepspeed.dtype` (`training.zero.resolved_dtype`): an engine in another dtype answers the
     sync's probe ~0.1 apart in logprob (bf16 against fp32), past `update.sync_tolerance_vllm`, so every engine of a
     run computes in the trainer's dtype."""
     return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path, "--served-model-name",

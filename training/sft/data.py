@@ -10,7 +10,7 @@ policy's turns; tool and env tokens never train):
   conversational layout) from a JSONL/JSON/Parquet file or a saved `datasets` directory, replayed through the
   gateway (`agents.gateway.replay`) so they are rendered exactly as an agent's calls will be; every assistant
   message trains;
-- `tool_demos`: such records made from the training tasks by `training.tool_demos` (a scripted reader using
+- `tool_demos`: such records made from the training tasks by `training.sft.tool_demos` (a scripted reader using
   OpenAI tools whose names, prompts and answer format vary from task to task)."""
 
 from __future__ import annotations

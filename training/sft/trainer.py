@@ -3,7 +3,7 @@
 The loss is the mean negative log-likelihood of the policy's own tokens (the trajectory's loss mask: never
 prompt, tool or env tokens), on the same DeepSpeed engine as `sleuth train` (ZeRO 0–3, offload, LoRA), with
 the same micro-batching over one global denominator, checkpoints, `--resume`, metrics (JSONL, TensorBoard,
-`training.png`) and Hugging Face export. Data (`training.sft_data`) is built once per round and written to
+`training.png`) and Hugging Face export. Data (`training.sft.data`) is built once per round and written to
 `OUT/data/round-R.jsonl`; `rejection` rounds sample from the current weights, so R rounds are R rounds of
 expert iteration. Every round's data is checked against the held-out evaluation splits before it trains."""
 

@@ -1,5 +1,5 @@
 """The collective weight sync of Ray rollout workers (`update.sync_transport: collective`; the transport itself is
-`training.weight_stream`).
+`training.sync.weight_stream`).
 
 A sync: every live worker is asked to receive, the trainer joins as rank 0 of a new generation of the group and
 broadcasts its weights bucket by bucket, and each worker answers with its probe logits, verified as with the
