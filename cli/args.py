@@ -14,12 +14,6 @@ def fail(message: str) -> int:
     return 2
 
 
-def one_line(text: str, width: int | None = None) -> str:
-    """The first line of an error's text, cut at `width` characters (an episode's error may hold a whole body)."""
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if width is None or len(line) <= width else line[:width - 1] + "…"
-
-
 def command(sub: argparse._SubParsersAction, name: str, fn: Callable[[argparse.Namespace], int], help: str,
             example: str, **kwargs: Any) -> argparse.ArgumentParser:
     """The one way a subcommand is made: its parser, the function it runs, and a runnable example at the end of its

@@ -11,8 +11,8 @@ from importlib.metadata import version as package_version
 
 from sleuth.cli import doctor, index, runs, score, serve, tasks, train, view
 from sleuth.cli import eval as eval_
-from sleuth.cli.args import one_line, subcommands
-from sleuth.core.errors import SleuthError
+from sleuth.cli.args import subcommands
+from sleuth.core.errors import SleuthError, one_line
 from sleuth.core.interrupts import ON_SIGNAL, exit_code, sigterm_as_interrupt
 
 COMMANDS = (tasks, eval_, view, runs, score, index, serve, train, doctor)

@@ -12,7 +12,7 @@ from typing import Any
 
 from sleuth.cli.args import command, fail
 from sleuth.core.args import bounded, parse_kv
-from sleuth.core.errors import SleuthError
+from sleuth.core.errors import SleuthError, one_line
 
 # What Ctrl-C or SIGTERM leaves behind: a checkpoint of the last step that finished (`sleuth.core.interrupts`); a plain
 # rerun is refused (the directory holds a run)
@@ -42,7 +42,7 @@ def _failed(e: SleuthError) -> int:
     """A foreseen failure (bad input, a failed server or worker, a run that cannot go on): its one-line message,
     from one rank only (every rank raises it alike), and its branch's exit status instead of a traceback per rank."""
     if _rank0():
-        print(f"error: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}", file=sys.stderr)
+        print(f"error: {one_line(str(e)) or type(e).__name__}", file=sys.stderr)
     return e.exit_code
 
 

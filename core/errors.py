@@ -38,3 +38,9 @@ class TrainingError(SleuthError, RuntimeError):
     """A training run that cannot go on; its checkpoints so far stay."""
 
     exit_code = 1
+
+
+def one_line(text: str, width: int | None = None) -> str:
+    """The first line of an error's text, cut at `width` characters (an episode's error may hold a whole body)."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if width is None or len(line) <= width else line[:width - 1] + "…"

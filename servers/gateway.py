@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 
-from sleuth.core.errors import BadInput
+from sleuth.core.errors import BadInput, one_line
 from sleuth.servers.base import Server
 
 
@@ -26,8 +26,7 @@ def build(args: argparse.Namespace) -> Server:
     try:
         policy = load_policy(args.policy, seed=args.seed)
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise BadInput(f"cannot load policy {args.policy!r}: {type(e).__name__}: {first}") from None
+        raise BadInput(f"cannot load policy {args.policy!r}: {type(e).__name__}: {one_line(str(e))}") from None
     gw = Gateway(policy, SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed))
     return Server(create_app(gw, args.api_key, out=args.out),
                   f"serving {policy.name} on {{url}}/s/<session>/v1 (OpenAI chat completions)")

@@ -15,7 +15,7 @@ import argparse
 import asyncio
 from typing import Any
 
-from sleuth.core.errors import BadInput
+from sleuth.core.errors import BadInput, one_line
 from sleuth.servers.base import Server
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -96,5 +96,5 @@ def build(args: argparse.Namespace) -> Server:
     try:
         get_verifier(args.name)
     except (LookupError, ImportError) as e:  # an unknown name (with the closest one), or a plugin that does not load
-        raise BadInput(str(e).strip().splitlines()[0]) from None
+        raise BadInput(one_line(str(e))) from None
     return Server(create_app(args.name, args.workers), f"serving the {args.name} verifier on {{url}}")

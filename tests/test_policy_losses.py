@@ -10,9 +10,9 @@ from sleuth.training.rl.losses import LossConfig, policy_loss
 
 
 def test_a_registered_policy_loss_is_picked_by_name_with_its_defaults_and_gradient():
-    """A plugin's loss (plain REINFORCE, −A·log π over the mask, token mean) through `POLICY_LOSSES`: the config takes
-    its name and its own defaults, an unknown name is refused with the closest one, and the loss and its gradient
-    are the hand-computed ones (REINFORCE has no ratio: the gradient of a token is −A/n)."""
+    """A plugin's loss (plain REINFORCE, −A·log π over the mask, token mean) through `POLICY_LOSSES`: the config
+    takes its name and its own defaults, an unknown name is refused with the closest one, and the loss and its
+    gradient are the hand-computed ones (no ratio; a numerator, so a token's gradient is −A, and 0 off the mask)."""
     from sleuth.core.errors import ConfigError
     from sleuth.training.config import load_config
     from sleuth.training.rl.policy_losses import POLICY_LOSSES, PerToken, PolicyLoss

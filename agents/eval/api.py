@@ -16,7 +16,7 @@ from typing import Any
 
 from sleuth.agents.loop.episodes import EPISODE_TIMEOUT_S
 from sleuth.agents.policies.base import Policy, SamplingParams
-from sleuth.core.errors import BadInput
+from sleuth.core.errors import BadInput, one_line
 from sleuth.core.rundir import RunDirLock
 from sleuth.tasks.base import Task
 
@@ -194,8 +194,7 @@ def _runs(out: Path, tasks: list[Task], policies: list[str], harnesses: list[str
             try:
                 policy, release = load(spec)
             except Exception as e:  # a missing path, an unreachable hub id, a directory without weights
-                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-                raise BadInput(f"cannot load policy {spec!r}: {type(e).__name__}: {first}") from None
+                raise BadInput(f"cannot load policy {spec!r}: {type(e).__name__}: {one_line(str(e))}") from None
             if not owned:
                 try:
                     lock.acquire()
@@ -247,7 +246,7 @@ def _one_run(result: EvalResult, run_dir: Path, run: str, spec: str, policy: Pol
         result.bfcl_tables.append(bfcl_report([run_dir], run_dir))
     if summary["n_failed"]:  # no answer from these: retried by the same call, never scored
         errors = [t.error for t in load_trajectories(run_dir / "trajectories.jsonl") if t.failed]
-        first = (errors[0] or "").strip().splitlines()[0][:300] if errors else "see the report"
+        first = one_line(errors[0] or "", 300) if errors else "see the report"
         result.failures.append(f"{run}: {summary['n_failed']} of {summary['n'] + summary['n_failed']} episodes "
                                f"failed ({first})")
         if summary["n"] == 0:  # nothing ran (e.g. DocRead on tasks without documents): not a result
