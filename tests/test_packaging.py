@@ -73,15 +73,16 @@ def test_a_core_install_scores_records_without_torch(wheel, tmp_path, data_dir):
     try:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
         py = str(venv / "bin" / "python")
-        res = subprocess.run([py, "-m", "pip", "install", "-q", "--no-cache-dir", str(whl)], capture_output=True,
-                             text=True, timeout=900)
+        # --no-compile: byte-compiling every dependency is most of an install's CPU time, and none of what is tested
+        res = subprocess.run([py, "-m", "pip", "install", "-q", "--no-cache-dir", "--no-compile", str(whl)],
+                             capture_output=True, text=True, timeout=900)
         assert res.returncode == 0, res.stderr[-3000:]
         res = subprocess.run([py, "-c", CORE_CHECK], capture_output=True, text=True, timeout=300, cwd=tmp_path,
                              env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SLEUTH_DATA")})
         assert res.returncode == 0 and "core ok" in res.stdout, res.stdout[-2000:] + res.stderr[-3000:]
         # the scripted baselines evaluate on DocRead with nothing else installed, and on Search with BM25
         assert "oracle-json | 5 | 1.000" in core_eval(venv, data_dir, tmp_path, "DocRead-v0")
-        res = subprocess.run([py, "-m", "pip", "install", "-q", "--no-cache-dir", f"{whl}[bm25]"],
+        res = subprocess.run([py, "-m", "pip", "install", "-q", "--no-cache-dir", "--no-compile", f"{whl}[bm25]"],
                              capture_output=True, text=True, timeout=900)
         assert res.returncode == 0, res.stderr[-3000:]
         assert "oracle-json | 5 | 1.000" in core_eval(venv, data_dir, tmp_path, "Search-v0")
