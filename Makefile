@@ -175,7 +175,7 @@ browser:
 		echo "warning: chromium not installed; the viewer's browser tests are skipped"
 
 test: setup vllm verl verifiers tinker bfcl browser
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # Benchmarks print ratios against the alternative a user would pick, measured side by side.
 bench: setup verifiers

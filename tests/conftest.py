@@ -5,7 +5,23 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # shared helpers (train_helpers) under importlib mode
+
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    # `pytest -n N`: N test processes share the machine's cores; torch's intra-op threads (one per core each by
+    # default) would outnumber the cores N-fold and spin waiting for each other. Each worker, and each process a
+    # test starts (they inherit the environment), gets its share of the cores instead.
+    _SHARE = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    os.environ["OMP_NUM_THREADS"] = _SHARE
+    os.environ["MKL_NUM_THREADS"] = _SHARE
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files that hold a `long` test run first (`make test` passes `--no-loadscope-reorder` so that xdist keeps
+    this order): a file of minutes started last would run alone at the end while the other worker idles."""
+    long_files = {item.path for item in items if item.get_closest_marker("long")}
+    items.sort(key=lambda item: item.path not in long_files)  # stable: each file's own order is kept
 
 
 def _data() -> Path:
@@ -77,3 +93,15 @@ def serve_judge():
             judge = ScriptedJudge(reply)
             return judge, stack.enter_context(in_thread(judge.app()))
         yield start
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray for a file's in-process Ray tests, which `placement.connect` reuses: started once per file, not
+    per test. Each test's pool closes by killing its actors and removing its placement group, so no test's kills
+    reach the next; tests that run `sleuth` in a subprocess start (and stop) a Ray of their own."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)  # 2 workers of 1 CPU
+    yield
+    ray.shutdown()

@@ -1,6 +1,7 @@
 """The processes a test started: found through the process tree, so that tests running side by side (xdist) never
-see, or kill, each other's Ray workers."""
+see, or kill, each other's Ray workers; and `sleuth` run in the test's own process where no signal must reach it."""
 
+import subprocess
 from pathlib import Path
 
 
@@ -50,8 +51,6 @@ class Watched:
     """A command run with every process of its tree remembered (`seen`), to check they are all gone at its end."""
 
     def __init__(self, cmd: list[str], log: Path, **popen: object):
-        import subprocess
-
         self.log = log
         self.proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, **popen)  # noqa: SIM115
         self.seen: set[int] = set()
@@ -86,3 +85,28 @@ class Watched:
         while living() and time.time() < end:
             time.sleep(0.5)
         return living()
+
+
+def sleuth_here(*args: object, capfd=None, threads: int | None = None) -> subprocess.CompletedProcess:
+    """`sleuth ARGS` run in this process as the command line runs it, for the runs no signal reaches: its imports are
+    loaded already (seconds, where a new interpreter spends ~10 CPU s starting). With pytest's `capfd` (or `capsys`)
+    its stdout and stderr come back (else they go to the test's captured output); `threads` caps torch's intra-op
+    threads for the run (1: the tokens a `sleuth` subprocess under OMP_NUM_THREADS=1 samples)."""
+    import torch
+
+    from sleuth.cli.main import main
+
+    argv = [str(a) for a in args]
+    before = torch.get_num_threads()
+    if capfd is not None:
+        capfd.readouterr()
+    try:
+        if threads is not None:
+            torch.set_num_threads(threads)
+        code = main(argv)
+    except SystemExit as e:  # argparse's own refusals exit
+        code = e.code
+    finally:
+        torch.set_num_threads(before)
+    out, err = capfd.readouterr() if capfd is not None else ("", "")
+    return subprocess.CompletedProcess(argv, code, out, err)

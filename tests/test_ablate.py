@@ -1,10 +1,12 @@
-"""The ablation harness (experiments/ablate.py) without training: its arm sets, what it changes on an env whose turns
-carry no read events, and the report it writes from per-question values."""
+"""The ablation harness (experiments/ablate.py): its arm sets, what it changes on an env whose turns carry no read
+events, the report it writes from per-question values, and one smoke run end to end on a tiny model."""
 
 import argparse
+import functools
 import importlib
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -86,46 +88,55 @@ def test_the_report_has_one_table_per_held_out_set(ablate, tmp_path):
         assert "vs grpo +0.100" in lines[3] and lines[3].endswith("| 31 (10 + 1.0 + 20) |")
 
 
-def smoke(out: Path, *args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, str(EXPERIMENTS / "ablate.py"), "--smoke", "--out", str(out), *args],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return proc
+def smoke(ablate, out: Path, *args: str) -> None:
+    """`ablate.py --smoke --out OUT ARGS` through the script's `main` in this process, which saves a process that
+    would import torch and transformers again; its trainings and evaluations are `sleuth` subprocesses, as in a
+    real run (the script's own entry point and its argument errors are test_bench_args'), each on one thread as
+    the suite's other subprocess runs (2 cores shared with another test worker: more threads only spin) and
+    stopped after 10 minutes (a hung one fails the test instead of holding the suite)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", ["ablate.py", "--smoke", "--out", str(out), *args])
+        mp.setattr(ablate, "subprocess", types.SimpleNamespace(run=functools.partial(subprocess.run, timeout=600)))
+        mp.setenv("OMP_NUM_THREADS", "1")
+        ablate.main()
 
 
-def test_docread_smoke_trains_the_reader_arm_and_evaluates_both_held_out_sets(tmp_path):
-    """End to end on a tiny random model (about a minute on 2 cores): the warm start and the arm on dev and
-    test, the reader arm reading with the given model, one table per set; `--report` rebuilds it alone."""
-    out, arm = tmp_path / "ablate", "info_gain/gold_prob@reader"
-    smoke(out, "--only", arm)
-    run = out / "info_gain-gold_prob@reader"
-    for held in ("dev", "test"):
-        assert (out / "warm-start" / f"eval-{held}" / "summary.json").exists()
-        assert (run / f"eval-{held}" / "summary.json").exists()
-    config = yaml.safe_load((run / "config.yaml").read_text())
-    assert config["algorithm"]["estimator_args"] == {**config["algorithm"]["estimator_args"], "variant": "gold_prob",
-                                                     "reader": str(out / "tiny")}
-    assert config["eval"]["tasks"] == "hotpotqa:dev"  # the trainer's leakage check covers dev
-    assert not (run / "checkpoints").exists()  # evaluated: only the HF export stays
-    body = (out / "ablation.md").read_text()
-    assert "## dev: the first 2 questions of `hotpotqa:dev`" in body and f"| {arm} |" in body.split("## test")[1]
-    (out / "ablation.md").unlink()
-    smoke(out, "--only", arm, "--report")
-    assert (out / "ablation.md").read_text() == body
+def test_a_docread_smoke_starts_from_the_tiny_model_every_reader_reads_with(ablate, tmp_path):
+    """On DocRead a smoke run's warm start is the tiny random model itself (Search's is one SFT step of it, run
+    end to end below, where the rest of the harness is the same for both envs), and so is every reader."""
+    args = argparse.Namespace(smoke=True, env="docread", reader=None)
+    assert ablate.warm_start(args, tmp_path, None) == args.reader == str(tmp_path / "tiny")
+    assert (tmp_path / "tiny" / "config.json").exists() and not (tmp_path / "warm").exists()
 
 
-def test_search_smoke_builds_its_warm_start_and_trains_the_step_reward_arm(tmp_path):
-    """End to end on Search (about a minute on 2 cores): the warm start is SFT on Search oracle demonstrations
+@pytest.mark.long
+def test_search_smoke_builds_its_warm_start_and_trains_a_step_reward_and_the_reader_arm(ablate, tmp_path, capsys):
+    """End to end on Search (about two minutes on 2 cores): the warm start is SFT on Search oracle demonstrations
     with dev held out; Search's opens are read events, so info_gain/support trains there (that cw_grpo keeps its
-    rule judge where reads are reported is `arm_overrides`', tested above)."""
-    out = tmp_path / "ablate-search"
-    proc = smoke(out, "--env", "search", "--only", "info_gain/support")
-    assert "Left out" not in proc.stderr
+    rule judge where reads are reported is `arm_overrides`', tested above); the reader arm reads with the given
+    model. The warm start and both arms on dev and test, one table per set; `--report` rebuilds it alone."""
+    out, arms = tmp_path / "ablate-search", ["info_gain/support", "info_gain/gold_prob@reader"]
+    smoke(ablate, out, "--env", "search", "--only", ",".join(arms))
+    assert "Left out" not in capsys.readouterr().err
     warm = yaml.safe_load((out / "warm" / "config.yaml").read_text())["data"]
     assert (warm["env"], warm["demonstrator"], warm["held_out"]) == ("Search-v0", "oracle", ["hotpotqa:dev"])
-    config = yaml.safe_load((out / "info_gain-support" / "config.yaml").read_text())
-    assert config["env"] == "Search-v0" and config["model"] == str(out / "warm" / "hf")
+    for held in ("dev", "test"):
+        assert (out / "warm-start" / f"eval-{held}" / "summary.json").exists()
+    for arm in arms:
+        run = out / arm.replace("/", "-")
+        assert all((run / f"eval-{held}" / "summary.json").exists() for held in ("dev", "test"))
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        assert config["env"] == "Search-v0" and config["model"] == str(out / "warm" / "hf")
+        assert config["eval"]["tasks"] == "hotpotqa:dev"  # the trainer's leakage check covers dev
+        assert not (run / "checkpoints").exists()  # evaluated: only the HF export stays
+    reader_arm = yaml.safe_load((out / "info_gain-gold_prob@reader" / "config.yaml").read_text())
+    estimator_args = reader_arm["algorithm"]["estimator_args"]
+    assert estimator_args == {**estimator_args, "variant": "gold_prob", "reader": str(out / "tiny")}
     body = (out / "ablation.md").read_text()
     assert body.startswith("# Estimator ablation on Search") and "Left out" not in body
-    test_table = body.split("## test: the first 2 questions of `hotpotqa:test`")[1]
-    assert "| info_gain/support |" in test_table
+    dev, test = body.split("## dev: the first 2 questions of `hotpotqa:dev`")[1].split(
+        "## test: the first 2 questions of `hotpotqa:test`")
+    assert all(f"| {arm} |" in table for arm in arms for table in (dev, test))
+    (out / "ablation.md").unlink()
+    smoke(ablate, out, "--env", "search", "--only", ",".join(arms), "--report")
+    assert (out / "ablation.md").read_text() == body

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -203,25 +201,27 @@ def test_an_env_of_one_category_refuses_an_item_of_another():
 
 # -- sleuth eval and the leaderboard table ----------------------------------------------------------------
 @needs_venv
-def test_sleuth_eval_writes_the_leaderboard_table_and_bfcl_table_pairs_two_runs(tmp_path):
-    """`random-legal` calls a `move` tool no BFCL item offers: its calls are dropped, so it answers nothing."""
+def test_sleuth_eval_writes_the_leaderboard_table_and_bfcl_table_pairs_two_runs(tmp_path, capsys):
+    """`random-legal` calls a `move` tool no BFCL item offers: its calls are dropped, so it answers nothing. The
+    commands run in this process (`main`, as the `sleuth` script calls it), on the `bfcl:all` server it holds."""
+    from procs import sleuth_here
+
     from sleuth.tasks import write_tasks
 
-    sleuth_cli = str(Path(sys.executable).with_name("sleuth"))
     tasks = [t for spec in ("simple_python[0:6]", "irrelevance[0:6]", "multi_turn_base[0:3]")
              for t in load_tasks(f"bfcl:{spec}")]
     write_tasks(tasks, tmp_path / "items.jsonl")
     for policy in ("oracle", "random-legal"):
-        done = subprocess.run([sleuth_cli, "eval", "--env", "bfcl:all", "--tasks", str(tmp_path / "items.jsonl"),
-                               "--policy", policy, "--out", str(tmp_path / policy)], capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert "| Overall Acc |" in done.stdout and (tmp_path / policy / "bfcl.md").is_file()
+        said = sleuth_here("eval", "--env", "bfcl:all", "--tasks", tmp_path / "items.jsonl", "--policy", policy,
+                           "--out", tmp_path / policy, capfd=capsys)
+        assert said.returncode == 0, said.stderr[-2000:]
+        assert "| Overall Acc |" in said.stdout and (tmp_path / policy / "bfcl.md").is_file()
     table = json.loads((tmp_path / "oracle" / "bfcl.json").read_text())["runs"][0]["columns"]
     assert next(r for r in table if r["column"] == "simple_python")["accuracy"] == 1.0
     assert next(r for r in table if r["column"] == "live_simple")["accuracy"] is None  # not played: "—"
-    done = subprocess.run([sleuth_cli, "bfcl-table", str(tmp_path / "oracle"), str(tmp_path / "random-legal"),
-                           "--out", str(tmp_path / "cmp")], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    said = sleuth_here("bfcl-table", tmp_path / "oracle", tmp_path / "random-legal", "--out", tmp_path / "cmp",
+                       capfd=capsys)
+    assert said.returncode == 0, said.stderr
     paired = json.loads((tmp_path / "cmp" / "bfcl.json").read_text())["paired"]
     simple = next(r for r in paired if r["column"] == "simple_python")
     assert simple["diff"] == -1.0 and simple["b_worse"] == simple["n"] == 6

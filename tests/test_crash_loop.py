@@ -47,6 +47,7 @@ def _task():
     return load_tasks("hotpotqa:test", limit=1)[0]
 
 
+@pytest.mark.usefixtures("local_ray")
 def test_env_actors_survive_spaced_deaths_and_stop_when_crash_looping():
     """Worker 0 is killed twice, a window apart (Ray's lifetime budget of `max_restarts`=1 would have ended it at
     the second), and each time the next episode opens on the restarted worker; killed again at once it is
@@ -79,38 +80,62 @@ def test_env_actors_survive_spaced_deaths_and_stop_when_crash_looping():
         pool.close()
 
 
-def test_rollout_workers_survive_spaced_deaths_and_stop_when_crash_looping(tiny_model_dir):
-    """The same for a `RolloutWorker`: two deaths a window apart are recovered (restarted, loaded, generating),
-    a third at once stops it, and the router sends its requests to the other worker."""
+@pytest.mark.long
+@pytest.mark.usefixtures("local_ray")
+@pytest.mark.parametrize("transport", ["object_store", "collective"])
+def test_rollout_workers_survive_spaced_deaths_and_stop_when_crash_looping(tiny_model_dir, transport):
+    """The same for a `RolloutWorker`, which must also come back with the trainer's current weights. Weights changed
+    by the trainer reach both workers (verified; `collective`: broadcast over gloo in buckets). Worker 0 is SIGKILLed:
+    Ray restarts it from the model on disk, and the next request it gets waits until the current weights are loaded
+    (`collective`: from its live peer) and verified: its greedy generation equals an in-process engine holding the new
+    weights, not the old ones. Killed again a window later it is recovered again; a third death at once stops it, and
+    the router sends its requests to the other worker."""
     import torch
 
+    from sleuth.agents.chat import ChatRenderer
     from sleuth.agents.policies.base import Request, SamplingParams
+    from sleuth.agents.policies.hf import TransformersPolicy
     from sleuth.agents.policies.openai_http import ServerUnreachable
     from sleuth.training.cluster.rollout_engine import RayRollout
     from sleuth.training.config import load_config
+    from sleuth.training.run import PROBE
 
     clock, window = Clock(), 15.0
     cfg = load_config(overrides={"cluster.backend": "ray", "cluster.rollout_workers": 2, "cluster.max_restarts": 1,
-                                 "cluster.worker_cpus": 0.5, "cluster.restart_window_s": window})
-    rollout = RayRollout(cfg.rollout, cfg.cluster, cfg.update, tiny_model_dir, torch.float32, [1, 2, 3])
+                                 "cluster.restart_window_s": window, "update.sync_transport": transport,
+                                 "update.sync_bucket_mb": 0.05})
+    trained = _model(tiny_model_dir)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(torch.randn_like(p) * 0.05, alpha=1.0)
+    local = TransformersPolicy(tiny_model_dir, device="cpu", dtype=torch.float32)
+    local.model.load_state_dict(trained.state_dict())
+    probe = ChatRenderer(local.tokenizer).prompt_ids(PROBE)
+    rollout = RayRollout(cfg.rollout, cfg.cluster, cfg.update, tiny_model_dir, torch.float32, probe)
     victim = rollout.pool.handles[0]
     victim.crash_loop = CrashLoop(1, window, clock=clock)
-    reqs = [Request([1, 2, 3], [{"role": "user", "content": "hi"}], None)]
-    sampling = SamplingParams(max_tokens=4, temperature=0.0)
+    reqs = [Request(probe, PROBE, None)]
+    sampling = SamplingParams(max_tokens=8, temperature=0.0)
     try:
-        rollout.sync(_model(tiny_model_dir))  # the trainer's weights: a restarted worker must load them to generate
-        want = victim.generate(reqs, sampling)[0].ids
+        stats = rollout.sync(trained)
+        assert stats["sync/max_logit_diff"] <= 1e-3
+        if transport == "collective":  # the tiny model's ~0.4 MB in buckets of 0.05 MB
+            assert stats["sync/bytes_per_s"] > 0 and len(rollout.pool.collective.plan) >= 8
+        want = local.generate(reqs, sampling)
+        old = TransformersPolicy(tiny_model_dir, device="cpu", dtype=torch.float32).generate(reqs, sampling)
+        assert old[0].logprobs != pytest.approx(want[0].logprobs, abs=1e-4)  # the model on disk answers otherwise
         for restarts in (1, 2):
             os.kill(victim.pid, signal.SIGKILL)
-            clock.now += window
-            assert victim.generate(reqs, sampling)[0].ids == want
-            assert victim.restarts == restarts and not victim.dead
+            clock.now += window  # this death and the last are a window apart
+            got = victim.generate(reqs, sampling)
+            assert got[0].ids == want[0].ids and got[0].logprobs == pytest.approx(want[0].logprobs, abs=1e-4)
+            assert victim.restarts == restarts and rollout.pool.restarts == restarts and not victim.dead
         os.kill(victim.pid, signal.SIGKILL)
         with pytest.raises(ServerUnreachable, match="rollout-worker-0 is crash-looping") as e:
             victim.generate(reqs, sampling)
         assert e.value.permanent and victim.dead
-        assert rollout.policy.generate(reqs * 2, sampling)[1].ids == want
-        assert rollout.sync(_model(tiny_model_dir))["cluster/live_workers"] == 1
+        assert rollout.policy.generate(reqs * 2, sampling)[1].ids == want[0].ids
+        assert rollout.sync(trained)["cluster/live_workers"] == 1
     finally:
         rollout.close()
 

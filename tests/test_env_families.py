@@ -350,14 +350,15 @@ def test_sleuth_eval_plays_seeds_without_a_task_file(tmp_path, capsys):
     assert "--tasks is required" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_smollm2_plays_each_family_under_sleuth_eval(tmp_path, monkeypatch):
+def test_a_model_plays_each_family_under_sleuth_eval(tiny_model_dir, tmp_path, monkeypatch):
+    """A transformers policy (the tiny random model: the plumbing, not the play, is checked, and SmolLM2's weights
+    would only make it slower) plays each family under `sleuth eval`: its sampled ids reach every turn."""
     monkeypatch.syspath_prepend(FOREIGN)
     cut = ["--env-arg", "max_turns=2"]  # the test is the plumbing, not the game: two turns at most
     for env, extra in [("reasoning_gym:chain_sum", []), ("gem:game:GuessTheNumber-v0-easy", cut),
                        ("textarena:TicTacToe-v0", cut), (GUESS, cut)]:
         out = tmp_path / env.replace(":", "_")
-        assert main(["eval", "--env", env, *extra, "--policy", "smollm2", "--limit", "2", "--max-tokens", "16",
+        assert main(["eval", "--env", env, *extra, "--policy", tiny_model_dir, "--limit", "2", "--max-tokens", "16",
                      "--out", str(out)]) == 0
         assert _summary(out)["n"] == 2
         for t in _trajectories(out):  # token-in/token-out: every action's ids are what the model sampled

@@ -87,20 +87,24 @@ def test_gear_gt_refresh_loads_the_merged_lora_policy(tiny_model_dir):
 
 def test_real_teacher_and_student_on_a_docread_group(hotpot_tasks):
     """SmolLM2 (standing in for a SmolLM2 policy: no refresh here) as teacher (with the gold answer in
-    context) and student on an oracle episode and two first-k episodes: every trajectory's weights average 1,
-    so its mean advantage stays GRPO's."""
+    context) and student on an oracle episode and a first-k one: every trajectory's weights average 1, so its
+    mean advantage stays GRPO's. The signals are read off the estimator's own calls (two ~950-token forwards
+    of the 135M model per trajectory: the cost of this test)."""
     task = hotpot_tasks[0]
     make = lambda: sleuth.make("DocRead-v0", harness="text")  # noqa: E731
     group = list(run_episodes(make, [task], load_policy("oracle"))) + \
-        list(run_episodes(make, [task] * 2, load_policy("first-k")))
+        list(run_episodes(make, [task], load_policy("first-k")))
     est = GearGT("smollm2")
-    kl, ent = est.token_signals(group[0], task)
-    assert len(kl) == group[0].num_policy_tokens and np.all(kl >= -1e-5) and np.all(ent >= 0)
+    signals, token_signals = [], est.token_signals
+    est.token_signals = lambda traj, t: signals.append(token_signals(traj, t)) or signals[-1]
     adv = est(group, {task.id: task}).values
-    a = 1.1547  # grpo of (1, 0, 0)
+    assert len(signals) == 2  # both trajectories have a non-zero outcome advantage: both are weighted
+    kl, ent = signals[0]
+    assert len(kl) == group[0].num_policy_tokens and np.all(kl >= -1e-5) and np.all(ent >= 0)
+    a = 0.70711  # grpo of (1, 0)
     assert adv[0].mean() == pytest.approx(a, abs=1e-4)
     assert adv[0].max() > adv[0].min()  # the gold-conditioned teacher singles out some tokens
-    assert adv[1].mean() == pytest.approx(-0.57735, abs=1e-4) and np.all(adv[1] < 0)
+    assert adv[1].mean() == pytest.approx(-a, abs=1e-4) and np.all(adv[1] < 0)
 
 
 def test_gear_mix_tool_granularity_by_hand():
@@ -144,12 +148,14 @@ def test_mixing_starts_uniform_and_distillation_is_zero_for_identical_teacher(ti
     assert float(mix.distill_kl(logits, ids, torch.ones_like(ids), mask).detach().abs().max()) < 1e-5
 
 
-def test_mixing_head_does_not_learn_to_maximise_the_advantage(tiny_model_dir):
+def test_mixing_head_does_not_learn_to_maximise_the_advantage():
     """Granularities with zero mean but one of them larger where the head can see it: trained through the
-    policy loss the head would learn to pick the larger one (the mean mixed advantage drifted 0 → +0.29 in
-    300 steps); trained on its own objective only, the mixed advantage stays zero-mean."""
+    policy loss the head would learn to pick the larger one (with the mixed advantage left differentiable, the
+    mean here is +1.2 from step 10 on); trained on its own objective only, the mixed advantage stays zero-mean.
+    A one-layer Llama over 128 ids: the head reads hidden states only, and SmolLM2's 49k-id logits (the teacher's
+    forward and the KL over them, every step) made 300 steps cost ~75 CPU s."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     from sleuth.rewards.base import MixingSpec
     from sleuth.training.rl.forward import Scored
@@ -157,12 +163,13 @@ def test_mixing_head_does_not_learn_to_maximise_the_advantage(tiny_model_dir):
     from sleuth.training.rl.mixing import Mixing
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2))
     mix = Mixing(MixingSpec(granularities=2, mixer_lr=0.05, ema_decay=1.0), model, model.config.hidden_size)
     with torch.no_grad():  # a teacher that differs from the student, so the distillation KL is not zero
         for p in mix.teacher.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    ids = torch.randint(0, 500, (8, 6))
+    ids = torch.randint(0, 128, (8, 6))
     mask = torch.ones(8, 6)
     mask[:, 0] = 0
     with torch.no_grad():
@@ -174,7 +181,7 @@ def test_mixing_head_does_not_learn_to_maximise_the_advantage(tiny_model_dir):
     adv_k = torch.stack([sign * 2.0, -sign * 0.5], -1)
     adv_k = adv_k - adv_k[mask.bool()].mean(0)  # each granularity has zero mean over the policy tokens
     means = []
-    for _ in range(300):
+    for _ in range(100):
         scored = Scored(hidden, 1.0, model.get_output_embeddings(), full=logits)
         terms = mix.terms(scored, adv_k, ids, torch.ones_like(ids), mask)
         logp, _ = scored_logprobs(logits, ids, mask)
@@ -184,7 +191,7 @@ def test_mixing_head_does_not_learn_to_maximise_the_advantage(tiny_model_dir):
         mix.opt.zero_grad()
         means.append(float(terms.advantage[mask.bool()].mean()))
     assert float(mix.head.weight.detach().abs().sum()) > 0  # the head did learn (from the distillation objective)
-    assert abs(np.mean(means[-100:])) < 0.1, np.mean(means[-100:])
+    assert abs(np.mean(means[-50:])) < 0.1, np.mean(means[-50:])
 
 
 @pytest.mark.parametrize("lora", [False, True])

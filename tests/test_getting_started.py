@@ -30,6 +30,7 @@ def test_the_page_is_made_of_blocks_this_test_knows_how_to_run():
         assert lang == "bash" or marker == "file", f"a {lang} block that is neither run nor written to a file"
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_every_block_runs_as_written(tmp_path):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
@@ -43,10 +44,10 @@ def test_every_block_runs_as_written(tmp_path):
                              text=True, timeout=900)
         assert out.returncode == 0, f"{body}\n--- stdout\n{out.stdout[-3000:]}\n--- stderr\n{out.stderr[-3000:]}"
     runs = tmp_path / "runs" / "gs"
-    assert json.loads((runs / "eval" / "smollm2-text" / "summary.json").read_text())["n"] == 10
+    assert json.loads((runs / "eval" / "smollm2-text" / "summary.json").read_text())["n"] == 3
     assert (runs / "compare" / "compare.md").is_file()
     oracle = json.loads((runs / "calc-oracle" / "summary.json").read_text())
     assert oracle["n"] == 40 and oracle["score"] == 1.0
     assert (runs / "calc-train" / "hf" / "config.json").is_file() and (runs / "calc-train" / "training.png").is_file()
-    assert len((runs / "calc-train" / "metrics.jsonl").read_text().splitlines()) == 3
-    assert json.loads((runs / "calc-trained" / "summary.json").read_text())["n"] == 8
+    assert len((runs / "calc-train" / "metrics.jsonl").read_text().splitlines()) == 2
+    assert json.loads((runs / "calc-trained" / "summary.json").read_text())["n"] == 4

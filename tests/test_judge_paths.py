@@ -6,18 +6,14 @@ called as those trainers call them."""
 import json
 import re
 import subprocess
-import sys
 
 import pytest
 from judge_server import ScriptedJudge, judge_file
 from judge_server import members_shown as members
+from procs import sleuth_here
 
 from sleuth.agents.eval.episodes import load_trajectories
 from sleuth.core.net import free_port, in_thread
-
-
-def sleuth(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sleuth.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def by_length(messages) -> str:
@@ -38,12 +34,12 @@ def right_or_wrong(messages) -> str:
     return f"Compared with the reference.\nSCORE: {10 if reference.lower() in response.lower() else 0}"
 
 
-def test_sleuth_eval_scores_an_envs_episodes_with_a_judge(serve_judge, tmp_path):
+def test_sleuth_eval_scores_an_envs_episodes_with_a_judge(serve_judge, tmp_path, capsys):
     judge, url = serve_judge(right_or_wrong)
     name = judge_file(tmp_path, url, weights={"judge": 1, "env": 1})
     out = tmp_path / "run"
-    r = sleuth("eval", "--env", "DocRead-v0", "--policy", "oracle", "--tasks", "hotpotqa:test", "--limit", "3",
-               "--verifier", name, "--out", str(out))
+    r = sleuth_here("eval", "--env", "DocRead-v0", "--policy", "oracle", "--tasks", "hotpotqa:test", "--limit", "3",
+                    "--verifier", name, "--out", str(out), capfd=capsys)
     assert r.returncode == 0, r.stderr[-2000:]
     trajs = load_trajectories(out / "trajectories.jsonl")
     assert len(trajs) == 3 and len(judge.requests) == 3
@@ -56,12 +52,12 @@ def test_sleuth_eval_scores_an_envs_episodes_with_a_judge(serve_judge, tmp_path)
     assert json.loads((out / "run.json").read_text())["verifier"] == name  # part of the run's identity
 
 
-def test_sleuth_eval_with_a_group_judge_compares_a_tasks_samples(serve_judge, tmp_path):
+def test_sleuth_eval_with_a_group_judge_compares_a_tasks_samples(serve_judge, tmp_path, capsys):
     judge, url = serve_judge(by_length)
     name = judge_file(tmp_path, url, mode="group", group_reward="rank")
     out = tmp_path / "run"
-    r = sleuth("eval", "--env", "DocRead-v0", "--policy", "random", "--tasks", "hotpotqa:test", "--limit", "2",
-               "--samples", "3", "--temperature", "0.7", "--verifier", name, "--out", str(out))
+    r = sleuth_here("eval", "--env", "DocRead-v0", "--policy", "random", "--tasks", "hotpotqa:test", "--limit", "2",
+                    "--samples", "3", "--temperature", "0.7", "--verifier", name, "--out", str(out), capfd=capsys)
     assert r.returncode == 0, r.stderr[-2000:]
     assert len(judge.requests) == 2 and all(len(members(m)) == 3 for m in judge.requests)
     trajs = load_trajectories(out / "trajectories.jsonl")
@@ -69,18 +65,19 @@ def test_sleuth_eval_with_a_group_judge_compares_a_tasks_samples(serve_judge, tm
         mine = [t for t in trajs if t.task_id == task]
         assert len(mine) == 3 and sorted(t.verdict.details["judge"]["shown_as"] for t in mine) == [1, 2, 3]
     # a group judge with one sample per task has nothing to compare: one line, before anything runs
-    r = sleuth("eval", "--env", "DocRead-v0", "--policy", "oracle", "--tasks", "hotpotqa:test", "--limit", "2",
-               "--verifier", name, "--out", str(tmp_path / "one"))
+    r = sleuth_here("eval", "--env", "DocRead-v0", "--policy", "oracle", "--tasks", "hotpotqa:test", "--limit", "2",
+                    "--verifier", name, "--out", str(tmp_path / "one"), capfd=capsys)
     assert r.returncode != 0 and "needs --samples" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_sleuth_eval_with_a_judge_that_is_down_scores_nothing_and_the_same_command_retries(serve_judge, tmp_path):
+def test_sleuth_eval_with_a_judge_that_is_down_scores_nothing_and_the_same_command_retries(serve_judge, tmp_path,
+                                                                                          capsys):
     port = free_port()
     name = judge_file(tmp_path, f"http://127.0.0.1:{port}", retries=1)
     out = tmp_path / "run"
     cmd = ["eval", "--env", "DocRead-v0", "--policy", "oracle", "--tasks", "hotpotqa:test", "--limit", "2",
            "--verifier", name, "--out", str(out)]
-    r = sleuth(*cmd)
+    r = sleuth_here(*cmd, capfd=capsys)
     assert r.returncode != 0 and "Traceback" not in r.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n_failed"] == 2 and summary["judge"]["judge/unavailable"] == 2
@@ -97,7 +94,7 @@ def test_sleuth_eval_with_a_judge_that_is_down_scores_nothing_and_the_same_comma
     thread.start()
     try:
         wait_healthy(f"http://127.0.0.1:{port}")
-        r = sleuth(*cmd)
+        r = sleuth_here(*cmd, capfd=capsys)
     finally:
         server.should_exit = True
         thread.join(5)
@@ -166,12 +163,13 @@ def test_trl_reward_with_a_group_judge_scores_each_prompts_completions_together(
     assert scores == pytest.approx([0.1, 0.7, 0.0, 0.1]) and list(logged.values()) == [1.0]
 
 
-@pytest.mark.slow
-def test_trl_grpo_trainer_trains_on_a_group_judge(serve_judge, tmp_path):
+def test_trl_grpo_trainer_trains_on_a_group_judge(serve_judge, tiny_model_dir, tmp_path):
+    """TRL's own GRPOTrainer calls the judge once per prompt's group and logs its rank rewards. The policy is the
+    tiny random model: what is checked is the plumbing (calls, members, the logged mean), which no model's quality
+    changes, so the 135M model's generation and update would only add minutes."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from sleuth.agents.policies.models import embedded_model_dir
     from sleuth.verifiers.adapters import trl_reward
 
     judge, url = serve_judge(by_length)
@@ -182,7 +180,7 @@ def test_trl_grpo_trainer_trains_on_a_group_judge(serve_judge, tmp_path):
                      max_completion_length=12, max_steps=1, learning_rate=1e-6, bf16=False, use_cpu=True,
                      logging_steps=1, report_to=[], gradient_checkpointing=False, save_strategy="no", seed=0)
     fn = trl_reward(judge_file(tmp_path, url, mode="group", group_reward="rank"), name="judge")
-    trainer = GRPOTrainer(model=str(embedded_model_dir()), reward_funcs=[fn], args=cfg, train_dataset=ds)
+    trainer = GRPOTrainer(model=tiny_model_dir, reward_funcs=[fn], args=cfg, train_dataset=ds)
     trainer.train()
     assert len(judge.requests) == 1 and len(members(judge.requests[0])) == 4  # one prompt's 4 completions, one call
     logged = [h for h in trainer.state.log_history if "rewards/judge/mean" in h]
@@ -203,15 +201,15 @@ def test_verl_and_openrlhf_adapters_carry_a_pointwise_judge(serve_judge, tmp_pat
     assert got["rewards"] == [0.0, 1.0] and "Capital of France?" in judge.requests[-1][-1]["content"]
 
 
-def test_judge_check_measures_agreement_and_biases(serve_judge, tmp_path):
+def test_judge_check_measures_agreement_and_biases(serve_judge, tmp_path, capsys):
     """A judge that follows the reference exactly agrees perfectly and has no length bias; a group judge that
     always prefers the member shown first has all of the position bias the check can show."""
     _, fair_url = serve_judge(right_or_wrong)
     _, first_url = serve_judge(lambda m: "RESPONSE 1 SCORE: 9\nRESPONSE 2 SCORE: 1")
     out = tmp_path / "check"
-    r = sleuth("judge-check", "--judge", judge_file(tmp_path, fair_url).removeprefix("judge:"),
-               "--group-judge", judge_file(tmp_path, first_url, mode="group").removeprefix("judge:"),
-               "--tasks", "hotpotqa:dev", "--limit", "6", "--out", str(out))
+    r = sleuth_here("judge-check", "--judge", judge_file(tmp_path, fair_url).removeprefix("judge:"),
+                    "--group-judge", judge_file(tmp_path, first_url, mode="group").removeprefix("judge:"),
+                    "--tasks", "hotpotqa:dev", "--limit", "6", "--out", str(out), capfd=capsys)
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads((out / "judge_check.json").read_text())
     p, g = got["pointwise"], got["group"]
@@ -225,9 +223,9 @@ def test_judge_check_measures_agreement_and_biases(serve_judge, tmp_path):
                                                                                            ).read_text()
     # a judge that is down scored nothing: one line, non-zero
     down = judge_file(tmp_path, f"http://127.0.0.1:{free_port()}", retries=0).removeprefix("judge:")
-    r = sleuth("judge-check", "--judge", down, "--limit", "3", "--out", str(tmp_path / "down"))
+    r = sleuth_here("judge-check", "--judge", down, "--limit", "3", "--out", str(tmp_path / "down"), capfd=capsys)
     assert r.returncode != 0 and "scored nothing" in r.stderr and "Traceback" not in r.stderr
-    r = sleuth("judge-check", "--out", str(tmp_path / "none"))
+    r = sleuth_here("judge-check", "--out", str(tmp_path / "none"), capfd=capsys)
     assert r.returncode != 0 and "--judge FILE" in r.stderr
 
 

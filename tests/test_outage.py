@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+from procs import sleuth_here
+
 from sleuth.core.net import free_port, wait_healthy
 from sleuth.training.metrics import read_metrics
 from sleuth.training.zero import DIST_VARS
@@ -36,11 +38,12 @@ def wait_for(pred, proc: subprocess.Popen, timeout: float = 240.0) -> None:
 
 
 def test_a_step_that_lost_every_env_server_is_sampled_again_and_a_signal_in_the_wait_checkpoints_before_it(
-        tiny_model_dir, tmp_path):
+        tiny_model_dir, tmp_path, capfd):
     """Two outages. The first: the server comes back within the backoff, the step is sampled again and trains,
     counted. The second: SIGTERM while the step waits; the step is abandoned, the checkpoint written
     (`checkpoint.every=0`: only a stop writes one) is of the step before it as it stood when the step began, so
-    the resumed run draws the very tasks the abandoned step had drawn first."""
+    the resumed run (in this process: seconds, not a new interpreter's startup) draws the very tasks the abandoned
+    step had drawn first."""
     from sleuth.training.config import load_config
     from sleuth.training.rl.task_order import TaskSampler
     from sleuth.training.run import training_tasks
@@ -75,8 +78,7 @@ def test_a_step_that_lost_every_env_server_is_sampled_again_and_a_signal_in_the_
         assert f"stopped in step {stopped + 1}'s outage: the last checkpoint is step-{stopped:06d}" in log.read_text()
         assert (out / "checkpoints" / "latest").read_text() == f"step-{stopped:06d}"
         server = env_server(port)
-        resumed = subprocess.run([sys.executable, "-m", "sleuth.cli", *map(str, args), "--resume"], env=ENV,
-                                 capture_output=True, text=True, timeout=300)
+        resumed = sleuth_here(*args, "--resume", capfd=capfd)
     finally:
         for proc in (train, server):
             if proc.poll() is None:

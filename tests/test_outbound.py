@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -40,64 +41,90 @@ def test_a_session_plays_by_tool_calls_with_the_envs_budget_and_verifier(hotpot_
         ToolSession("reasoning_gym:chain_sum", hotpot_tasks[:1])
 
 
-def test_sleuth_serve_openenv_is_driven_by_openenv_cores_own_clients(hotpot_tasks, tmp_path):
+@pytest.fixture(scope="module")
+def _openenv_server(hotpot_tasks, tmp_path_factory):
+    """`sleuth serve openenv --env sleuth/DocRead-v0` over three tasks, shared by the tests that drive it (one
+    server start, not one per test); each server is killed at the module's end."""
+    path = tmp_path_factory.mktemp("openenv") / "tasks.jsonl"
+    write_tasks(hotpot_tasks[:3], path)
+    served: dict = {}
+    with contextlib.ExitStack() as stack:
+        def url() -> str:
+            if "proc" not in served or served["proc"].poll() is not None:
+                served["url"], served["proc"] = stack.enter_context(
+                    subprocess_server(["openenv", "--env", DOCREAD, "--tasks", str(path)]))
+            return served["url"]
+        yield url
+
+
+@pytest.fixture
+def openenv_url(_openenv_server) -> str:
+    """The shared server's URL; one that an earlier test left dead is replaced, so that fault stays in its test."""
+    return _openenv_server()
+
+
+def test_sleuth_serve_openenv_is_driven_by_openenv_cores_own_clients(hotpot_tasks, openenv_url):
     from openenv.core.env_server.mcp_types import CallToolAction
     from openenv.core.generic_client import GenericEnvClient
     from openenv.core.mcp_client import MCPToolClient
 
-    path = tmp_path / "tasks.jsonl"
-    write_tasks(hotpot_tasks[:3], path)
-    with subprocess_server(["openenv", "--env", DOCREAD, "--tasks", str(path)]) as (url, _):
-        async def mcp() -> tuple:
-            async with MCPToolClient(base_url=url) as client:
-                first = await client.reset(seed=1)
-                names = [t.name for t in await client.list_tools()]
-                text = await client.call_tool("read", doc=0)
-                end = await client.step(CallToolAction(tool_name="answer",
-                                                       arguments={"text": hotpot_tasks[1].answer}))
-                return first, names, text, end
+    async def mcp() -> tuple:
+        async with MCPToolClient(base_url=openenv_url) as client:
+            first = await client.reset(seed=1)
+            names = [t.name for t in await client.list_tools()]
+            text = await client.call_tool("read", doc=0)
+            end = await client.step(CallToolAction(tool_name="answer",
+                                                   arguments={"text": hotpot_tasks[1].answer}))
+            return first, names, text, end
 
-        first, names, text, end = asyncio.run(mcp())
-        assert first.observation.result.startswith("Question:") and names == ["read", "answer"]
-        assert isinstance(text, str) and text.startswith("[0]")
-        assert end.done and end.reward == 1.0
+    first, names, text, end = asyncio.run(mcp())
+    assert first.observation.result.startswith("Question:") and names == ["read", "answer"]
+    assert isinstance(text, str) and text.startswith("[0]")
+    assert end.done and end.reward == 1.0
 
-        with GenericEnvClient(base_url=url).sync() as client:
-            reset = client.reset(seed=2)
-            assert reset.observation["task_id"] == hotpot_tasks[2].id
-            assert hotpot_tasks[2].question in reset.observation["prompt"]
-            wrong = client.step({"type": "call_tool", "tool_name": "read", "arguments": {"page": 1}})
-            assert "missing argument" in wrong.observation["call_error"] and not wrong.done
-            done = client.step({"type": "call_tool", "tool_name": "answer", "arguments": {"text": "no idea"}})
-            assert done.done and done.reward == 0.0
+    with GenericEnvClient(base_url=openenv_url).sync() as client:
+        reset = client.reset(seed=2)
+        assert reset.observation["task_id"] == hotpot_tasks[2].id
+        assert hotpot_tasks[2].question in reset.observation["prompt"]
+        wrong = client.step({"type": "call_tool", "tool_name": "read", "arguments": {"page": 1}})
+        assert "missing argument" in wrong.observation["call_error"] and not wrong.done
+        done = client.step({"type": "call_tool", "tool_name": "answer", "arguments": {"text": "no idea"}})
+        assert done.done and done.reward == 0.0
 
 
-def test_a_served_sleuth_env_comes_back_into_sleuth_as_an_openenv_mcp_env(hotpot_tasks, tmp_path):
+def test_a_served_sleuth_env_comes_back_into_sleuth_as_an_openenv_mcp_env(hotpot_tasks, openenv_url):
     """The round trip: `sleuth serve openenv` → `openenv:http://…` (the openenv family reads its MCP tools)."""
     import sleuth
 
-    path = tmp_path / "tasks.jsonl"
-    write_tasks(hotpot_tasks[:3], path)
-    with subprocess_server(["openenv", "--env", DOCREAD, "--tasks", str(path)]) as (url, _):
-        env = sleuth.make(f"openenv:{url}")
-        obs, info = env.reset(seed=1)
-        tools = [t["function"]["name"] for t in reset_info(info).tools]
-        assert obs.startswith("Question:") and tools == ["read", "answer"]
-        read = env.step(f'<tool_call>{json.dumps({"name": "read", "arguments": {"doc": 0}})}</tool_call>')
-        assert read[0].startswith("[0]") and not read[2]
-        call = {"name": "answer", "arguments": {"text": hotpot_tasks[1].answer}}
-        _, reward, terminated, _, info = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
-        assert terminated and reward == 1.0 and step_info(info).verdict.score == 1.0
-        env.close()
+    env = sleuth.make(f"openenv:{openenv_url}")
+    obs, info = env.reset(seed=1)
+    tools = [t["function"]["name"] for t in reset_info(info).tools]
+    assert obs.startswith("Question:") and tools == ["read", "answer"]
+    read = env.step(f'<tool_call>{json.dumps({"name": "read", "arguments": {"doc": 0}})}</tool_call>')
+    assert read[0].startswith("[0]") and not read[2]
+    call = {"name": "answer", "arguments": {"text": hotpot_tasks[1].answer}}
+    _, reward, terminated, _, info = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+    assert terminated and reward == 1.0 and step_info(info).verdict.score == 1.0
+    env.close()
 
 
-def test_serve_openenv_refuses_bad_input_in_one_line(tmp_path):
-    for args, says in ((["--env", "sleuth/DocRed-v0", "--tasks", "hotpotqa:test"], "did you mean"),
-                       (["--env", DOCREAD, "--tasks", str(tmp_path / "none.jsonl")], "cannot serve"),
+def test_serve_openenv_refuses_bad_input_in_one_line(tmp_path, capsys, monkeypatch):
+    """A typo'd env as the user meets it: the whole `sleuth` process prints one line (no warning, no traceback) and
+    exits non-zero. The other refusals run the same `main` in this process (no interpreter to start per case), where
+    a server that starts instead of refusing fails the test rather than serving forever."""
+    import uvicorn
+    from procs import sleuth_here
+
+    out = subprocess.run([sys.executable, "-m", "sleuth.cli", "serve", "openenv", "--env", "sleuth/DocRed-v0",
+                          "--tasks", "hotpotqa:test"], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "did you mean" in out.stderr and len(out.stderr.strip().splitlines()) == 1, \
+        out.stderr
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("served what it should refuse"))
+    for args, says in ((["--env", DOCREAD, "--tasks", str(tmp_path / "none.jsonl")], "cannot serve"),
                        (["--env", "reasoning_gym:chain_sum", "--tasks", "seeds:0-3"], "not a tool env")):
-        out = subprocess.run([sys.executable, "-m", "sleuth.cli", "serve", "openenv", *args], capture_output=True,
-                             text=True, timeout=120)
-        assert out.returncode != 0 and says in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+        refused = sleuth_here("serve", "openenv", *args, capfd=capsys)
+        assert refused.returncode != 0 and says in refused.stderr, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
 
 
 def test_gem_make_builds_sleuth_envs_after_one_import(hotpot_tasks):

@@ -29,6 +29,7 @@ def _flag(pid: int, name: str) -> str:
     return args[args.index(name) + 1]
 
 
+@pytest.mark.long
 def test_train_with_vllm_workers_on_ray_survives_a_killed_worker(tiny_model_dir, tmp_path):
     # what `deepspeed.dtype: auto` resolves to on this machine for a run with vLLM engines (the real CPU read, which
     # conftest pins to fp32 in this process only; the run below reads it for itself)

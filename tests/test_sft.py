@@ -168,7 +168,8 @@ def test_held_out_questions_never_reach_training_data(tiny_model_dir, tmp_path, 
 def test_sft_cli_oracle_warm_start_exports_and_resumes(tiny_model_dir, tmp_path):
     from sleuth.training.zero import DIST_VARS
 
-    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}  # the test process's own group is taken
+    # the test process's own group is taken; one thread, as the suite's other subprocess runs
+    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
     out = tmp_path / "sft"
     args = [sys.executable, "-m", "sleuth.cli", "sft", "--out", str(out), "--set", f"model={tiny_model_dir}",
             "--set", "data.task_limit=4", "--set", "batch_size=2", "--set", "tensorboard=false"]

@@ -5,15 +5,12 @@ and `rollout.max_consecutive_failures` failures in a row stop a training run in 
 The faults are real: an env whose step or reset blocks until it is closed (tests/stuck_envs.py), an engine
 call that never returns, an agent whose tool blocks forever."""
 
-import os
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import openai
 import pytest
+from procs import sleuth_here
 from stuck_envs import CLOSED_WHILE_STUCK, HangingDocRead
 
 import sleuth
@@ -25,9 +22,6 @@ from sleuth.agents.policies.base import Generation, SamplingParams
 from sleuth.agents.policies.load import load_policy
 from sleuth.core.net import in_thread
 from sleuth.training.config import load_config
-from sleuth.training.zero import DIST_VARS
-
-TESTS = Path(__file__).resolve().parent
 
 
 def _eventually(pred, timeout=5.0):
@@ -158,11 +152,12 @@ def test_episode_timeout_and_failure_limit_are_checked_when_the_config_loads():
     assert load_config(overrides={"rollout.episode_timeout_s": None}).rollout.episode_timeout_s is None
 
 
-def test_a_run_whose_episodes_keep_getting_stuck_stops_in_one_line_after_the_limit(tiny_model_dir, tmp_path):
+def test_a_run_whose_episodes_keep_getting_stuck_stops_in_one_line_after_the_limit(tiny_model_dir, tmp_path,
+                                                                                  capfd):
     """Every episode's env hangs in its first step: each times out after 1 s, the step's groups are sampled once
-    more, and the run stops at the limit in one line that names the failure and says to resume."""
-    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {
-        "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    more, and the run stops at the limit in one line that names the failure and says to resume. `sleuth train`
+    runs in this process, as the command line runs it (its imports loaded: seconds, not a new interpreter's
+    startup); its envs, given up on, are released when closed."""
     args = ["--out", tmp_path / "run", "--set", f"model={tiny_model_dir}", "--set", "env=stuck_envs:HangingDocRead",
             "--set", "env_args={harness: text, hang: step}", "--set", "task_limit=8", "--set", "rollout.max_tokens=8",
             "--set", "rollout.group_size=2", "--set", "rollout.episode_timeout_s=1",
@@ -170,10 +165,10 @@ def test_a_run_whose_episodes_keep_getting_stuck_stops_in_one_line_after_the_lim
             "--set", "checkpoint.export_hf=false",
             "--set", "tensorboard=false", "--max-steps", "2"]
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "sleuth.cli", "train", *map(str, args)], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    [line] = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    run = sleuth_here("train", *args, capfd=capfd)
+    stderr = run.stderr
+    assert run.returncode == 1 and "Traceback" not in stderr, stderr[-3000:]
+    [line] = [x for x in stderr.splitlines() if x.startswith("error:")]
     assert line.startswith("error: step 1: 3 episodes in a row failed for infrastructure reasons "
                            "(rollout.max_consecutive_failures; the last: timeout: the episode ran past "
                            "rollout.episode_timeout_s (1 s)")

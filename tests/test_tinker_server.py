@@ -46,29 +46,52 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_dir, tmp_path_factory):
+def _shared(tiny_model_dir, tmp_path_factory):
     s = Server(tiny_model_dir, tmp_path_factory.mktemp("tinker-state"))
     s.start()
     yield s
     s.kill()
 
 
-def client(server: Server, scenario: str, *args: str) -> dict:
-    """A scenario of tests/tinker_client.py, run by the SDK's interpreter (-P: the repository root, whose folders
-    share names with PyPI packages, stays off sys.path)."""
-    out = subprocess.run([str(TINKER_PY), "-P", "-W", "ignore", str(ROOT / "tests" / "tinker_client.py"), scenario,
+@pytest.fixture
+def server(_shared):
+    """The module's server (one start for its tests); one that an earlier test killed or crashed is started again
+    on its state directory, so that fault stays in its test."""
+    if _shared.proc.poll() is not None:
+        _shared.start()
+    return _shared
+
+
+def client(server: Server, scenarios: str, *args: str) -> dict:
+    """Scenarios of tests/tinker_client.py ("a,b": in order, in one process), run by the SDK's interpreter (-P: the
+    repository root, whose folders share names with PyPI packages, stays off sys.path): scenario → its results."""
+    out = subprocess.run([str(TINKER_PY), "-P", "-W", "ignore", str(ROOT / "tests" / "tinker_client.py"), scenarios,
                           server.url, NAME, server.model_dir, *args], capture_output=True, text=True, timeout=600,
                          cwd=ROOT / "tests")
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def ran(results: dict, scenario: str) -> dict:
+    """One scenario's results; a scenario that raised fails the test that reads it, with its traceback."""
+    assert "failed" not in results[scenario], results[scenario]["failed"][-3000:]
+    return results[scenario]
+
+
+@pytest.fixture(scope="module")
+def sdk(_shared) -> dict:
+    """The SDK scenarios of the tests on the fresh shared server, in one client process (an interpreter that imports
+    torch, transformers and the SDK starts once, not once per test). `old_sdk` runs last: it rewrites the SDK's
+    version in that process."""
+    return client(_shared, "train,losses,errors,old_sdk")
+
+
 def close(a, b, tol):
     return len(a) == len(b) and all(abs(x - y) <= tol for x, y in zip(a, b, strict=True))
 
 
-def test_training_and_sampling_through_the_sdk(server):
-    r = client(server, "train")
+def test_training_and_sampling_through_the_sdk(sdk):
+    r = ran(sdk, "train")
     # the served logprobs are transformers' own for the same ids (position i scores target i)
     assert close(r["forward"], r["local"], 1e-4)
     assert r["forward_loss"] == pytest.approx(-sum(r["local"]), rel=1e-5)
@@ -88,6 +111,7 @@ def test_training_and_sampling_through_the_sdk(server):
         assert len(top) == 3 and top[0][1] >= top[1][1] >= top[2][1] and top[0][1] >= lp - 1e-5
 
 
+@pytest.mark.long
 @pytest.mark.skipif(default_vllm_python() is None, reason="no vLLM interpreter (make vllm builds .venv-vllm)")
 def test_the_vllm_sampler_serves_the_trainers_weights(tiny_model_dir, tmp_path):
     """`--sampler vllm`: each sampler's weights are synced into vLLM and verified before it samples; an lm_head
@@ -95,8 +119,7 @@ def test_the_vllm_sampler_serves_the_trainers_weights(tiny_model_dir, tmp_path):
     s = Server(tiny_model_dir, tmp_path / "state", "vllm")
     s.start()
     try:
-        r = client(s, "train", "vllm")
-        refused = client(s, "errors")["tied_unembed"]
+        both = client(s, "train,errors", "vllm")
     finally:
         engine = descendants(s.proc.pid, "vllm") + descendants(s.proc.pid, "VLLM::")
         s.kill()
@@ -105,6 +128,7 @@ def test_the_vllm_sampler_serves_the_trainers_weights(tiny_model_dir, tmp_path):
     while any(alive(pid) for pid in engine) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert engine and not [pid for pid in engine if alive(pid)]
+    r, refused = ran(both, "train"), ran(both, "errors")["tied_unembed"]
     assert close(r["forward"], r["local"], 1e-4)
     assert r["sampler_logprobs"][0] is None and close(r["sampler_logprobs"][1:], r["trained"], 1e-3)
     assert close(r["base_logprobs"][1:], r["forward"], 1e-3)
@@ -116,8 +140,8 @@ def test_the_vllm_sampler_serves_the_trainers_weights(tiny_model_dir, tmp_path):
     assert "pass train_unembed=False, or serve with --sampler transformers" in refused
 
 
-def test_each_rl_loss_is_tinkers_formula_over_the_served_logprobs(server):
-    r = client(server, "losses")
+def test_each_rl_loss_is_tinkers_formula_over_the_served_logprobs(sdk):
+    r = ran(sdk, "losses")
     q, adv = r["q"], r["adv"]
 
     def ratio_terms(lp, lo, hi, kind):
@@ -141,28 +165,26 @@ def test_each_rl_loss_is_tinkers_formula_over_the_served_logprobs(server):
     assert r["custom"]["sq"] == 1.0
 
 
-def test_bad_input_gets_one_error_naming_what_to_change(server):
-    r = client(server, "errors")
+def test_bad_input_gets_one_error_naming_what_to_change(sdk):
+    r = ran(sdk, "errors")
     assert "loss_fn 'dro' is not served here; use one of cross_entropy" in r["unknown_loss"]
     assert "loss_fn_inputs['weights'] has shape [3] but model_input has" in r["length_mismatch"]
     assert "nothing was saved at tinker://nobody:train:0/sampler_weights/none" in r["never_saved"]
     assert f"this server serves '{NAME}'" in r["other_model"]
     assert r["tied_unembed"] is None  # the transformers sampler serves an lm_head adapter
-    old = client(server, "old_sdk")["error"]
+    old = ran(sdk, "old_sdk")["error"]
     assert old.startswith("BadRequestError: Error code: 400") and "pip install tinker==0.38.0" in old
 
 
-def test_a_killed_server_resumes_from_the_last_save_state(tiny_model_dir, tmp_path):
-    s = Server(tiny_model_dir, tmp_path / "state")
-    s.start()
-    saved = client(s, "save")
-    s.kill()
-    s.start()  # a new process on the same state directory
-    try:
-        resumed = client(s, "resume", saved["path"])
-    finally:
-        s.kill()
-    assert resumed["lp"] == saved["lp"]  # the saved adapter, loaded into a new client of the new server
+def test_a_killed_server_resumes_from_the_last_save_state(server):
+    """The shared server, killed after a save and started again on its state directory (as the next test finds
+    it): the saved adapter loads into a new client of the new process."""
+    saved = ran(client(server, "save"), "save")
+    pid = server.proc.pid
+    server.kill()
+    server.start()  # a new process on the same state directory
+    resumed = ran(client(server, "resume", saved["path"]), "resume")
+    assert server.proc.pid != pid and resumed["lp"] == saved["lp"]
 
 
 @pytest.mark.parametrize("recipe, config", [

@@ -3,7 +3,8 @@
 kill mid-write and a damaged file, one process owns a run directory, and Ctrl-C says how to continue.
 
 Faults are real: task data with its documents cut, SIGKILL during a checkpoint write, a truncated checkpoint
-file, a second process on the same --out, SIGINT."""
+file, a second process on the same --out, SIGINT. The runs no signal reaches run in this process, as the command
+line runs them (`procs.sleuth_here`): a new interpreter's startup is most of a tiny run's time."""
 
 import json
 import os
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import sleuth_here
 
 from sleuth.agents.trajectory import Trajectory, Turn
 from sleuth.core.errors import ConfigError
@@ -104,14 +106,15 @@ def test_every_shipped_estimator_declares_itself_group_relative_and_a_lone_one_m
         ESTIMATORS.unregister("_absolute")
 
 
-def test_the_quick_recipe_without_reward_warns_once_and_counts_the_steps(tiny_model_dir, tmp_path):
+def test_the_quick_recipe_without_reward_warns_once_and_counts_the_steps(tiny_model_dir, tmp_path, capfd):
     """README's quick recipe (configs/docread_quick.yaml: grpo, 2 tasks × 4 episodes, zero_variance keep) on a
     policy that never scores: every group has zero variance, every advantage is 0. The run says so at the
     first such step and counts them at the end, one line each."""
     out = tmp_path / "quick"
-    proc = sleuth("train", "--config", "docread_quick", "--out", out, "--max-steps", 2,
-                  "--set", f"model={tiny_model_dir}", "--set", "task_limit=8", "--set", "rollout.max_tokens=12",
-                  "--set", "checkpoint.export_hf=false", "--set", "tensorboard=false", "--set", "deepspeed.dtype=fp32")
+    proc = sleuth_here("train", "--config", "docread_quick", "--out", out, "--max-steps", 2,
+                       "--set", f"model={tiny_model_dir}", "--set", "task_limit=8", "--set", "rollout.max_tokens=12",
+                       "--set", "checkpoint.export_hf=false", "--set", "tensorboard=false",
+                       "--set", "deepspeed.dtype=fp32", capfd=capfd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     warned = [line for line in proc.stderr.splitlines() if "no learning signal" in line]
     assert len(warned) == 2, proc.stderr[-3000:]
@@ -186,7 +189,7 @@ def test_dynamic_sampling_refills_the_groups_a_failure_took(tiny_model_dir, tmp_
     assert [t.group for t in got.kept] == ["a", "a", "c", "c", "d", "d"]
 
 
-def test_a_step_whose_every_episode_failed_stops_the_run_in_one_line(tiny_model_dir, tmp_path, data_dir):
+def test_a_step_whose_every_episode_failed_stops_the_run_in_one_line(tiny_model_dir, tmp_path, data_dir, capfd):
     """The task file loses its documents between two runs: the resumed run's step fails whole and stops
     with one line; the checkpoint of the step before stays, and the run resumes from it once the data is
     back."""
@@ -194,11 +197,11 @@ def test_a_step_whose_every_episode_failed_stops_the_run_in_one_line(tiny_model_
     tasks = hotpot_file(data_dir, path, 2)
     out = tmp_path / "run"
     args = ["--out", out, *tiny_args(tiny_model_dir, "--set", f"tasks={tasks}")]
-    assert sleuth("train", *args, "--max-steps", 1).returncode == 0
+    assert sleuth_here("train", *args, "--max-steps", 1, capfd=capfd).returncode == 0
     hotpot_file(data_dir, path, 2, cut={0, 1})
     # sampled again once after a short wait, as an outage would be, then the run stops
-    proc = sleuth("train", *args, "--max-steps", 2, "--resume", "--set", "rollout.outage_retries=1",
-                  "--set", "rollout.outage_backoff_s=0.1")
+    proc = sleuth_here("train", *args, "--max-steps", 2, "--resume", "--set", "rollout.outage_retries=1",
+                       "--set", "rollout.outage_backoff_s=0.1", capfd=capfd)
     assert proc.returncode == 1
     assert "warning: step 2: all 8 episodes failed (reset_error: " in proc.stderr
     assert "sampling the step again in 0.1s (retry 1 of rollout.outage_retries 1)" in proc.stderr
@@ -209,7 +212,7 @@ def test_a_step_whose_every_episode_failed_stops_the_run_in_one_line(tiny_model_
     # 2 groups of 2, each sampled once more after failing: 8 episodes, all kept in the rollouts file
     assert len((out / "rollouts" / "step-000002.rank0.jsonl").read_text().splitlines()) == 8
     hotpot_file(data_dir, path, 2)
-    proc = sleuth("train", *args, "--max-steps", 2, "--resume")
+    proc = sleuth_here("train", *args, "--max-steps", 2, "--resume", capfd=capfd)
     assert proc.returncode == 0 and f"resumed {out} from step 1 (checkpoint step-000001)" in proc.stderr
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2]
 
@@ -255,16 +258,16 @@ runpy.run_module("sleuth.cli.main", run_name="__main__")
 
 
 def test_a_run_killed_mid_checkpoint_resumes_from_the_last_complete_one_and_owns_its_directory(
-        tiny_model_dir, tmp_path):
+        tiny_model_dir, tmp_path, capfd):
     """SIGKILL during step 3's checkpoint write (its files written, not sealed), then a file of the newest
     complete checkpoint (step 2) cut in half: `--resume` says so and continues from step 1. While the first
-    run lives, the same command started again is refused in one line."""
+    run lives, the same command run again is refused in one line."""
     out = tmp_path / "run"
     args = ["train", "--out", out, *tiny_args(tiny_model_dir), "--max-steps", 4]
     p = start(args, tmp_path / "killed.log", python=(sys.executable, "-c", SLOW_SEAL),
               SEALING=str(tmp_path / "sealing"))
     wait_until(lambda: (tmp_path / "sealing").exists(), p)
-    twin = sleuth(*args)  # the same command again, while the first one holds --out
+    twin = sleuth_here(*args, capfd=capfd)  # the same command again, while the first one holds --out
     assert twin.returncode == 2  # BadInput: another process owns --out
     [line] = errors(twin.stderr)
     assert f"{out.absolute()} is in use by pid {p.pid}" in line
@@ -275,7 +278,7 @@ def test_a_run_killed_mid_checkpoint_resumes_from_the_last_complete_one_and_owns
     assert (ckpts / "latest").read_text() == "step-000002"
     f = ckpts / "step-000002" / "mp_rank_00_model_states.pt"
     os.truncate(f, f.stat().st_size // 2)
-    resumed = sleuth(*args, "--resume")
+    resumed = sleuth_here(*args, "--resume", capfd=capfd)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     errors(resumed.stderr)
     assert ("skipped damaged checkpoint step-000002 (has mp_rank_00_model_states.pt cut to "
@@ -286,7 +289,7 @@ def test_a_run_killed_mid_checkpoint_resumes_from_the_last_complete_one_and_owns
     for tag in ("step-000003", "step-000004"):
         f = ckpts / tag / "mp_rank_00_model_states.pt"
         os.truncate(f, 100)
-    broken = sleuth(*args, "--resume")
+    broken = sleuth_here(*args, "--resume", capfd=capfd)
     assert broken.returncode == 1
     [line] = errors(broken.stderr)
     assert line.startswith(f"error: no complete checkpoint in {ckpts}: step-000004 has mp_rank_00_model_states.pt")
@@ -294,7 +297,7 @@ def test_a_run_killed_mid_checkpoint_resumes_from_the_last_complete_one_and_owns
 
 
 # -- Ctrl-C and resume messages ------------------------------------------------------------------------------
-def test_ctrl_c_says_to_resume_and_resume_says_where_it_continues(tiny_model_dir, tmp_path):
+def test_ctrl_c_says_to_resume_and_resume_says_where_it_continues(tiny_model_dir, tmp_path, capfd):
     out = tmp_path / "run"
     args = ["train", "--out", out, *tiny_args(tiny_model_dir), "--max-steps", 3, "--resume"]
     log = tmp_path / "first.log"
@@ -309,22 +312,23 @@ def test_ctrl_c_says_to_resume_and_resume_says_where_it_continues(tiny_model_dir
     assert f"no checkpoint in {out}: starting from step 0" in stderr  # --resume into a new directory
     assert stderr.rstrip().splitlines()[-1] == "interrupted: rerun with --resume to continue from the last checkpoint"
     step = int((out / "checkpoints" / "latest").read_text().removeprefix("step-"))
-    plain = sleuth(*args[:-1])  # what the message says not to do is refused, in one line
+    plain = sleuth_here(*args[:-1], capfd=capfd)  # what the message says not to do is refused, in one line
     assert plain.returncode == 2 and "pass --resume" in errors(plain.stderr)[0]
-    again = sleuth(*args)
+    again = sleuth_here(*args, capfd=capfd)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resumed {out} from step {step} (checkpoint step-{step:06d})" in again.stderr
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3]
 
 
-def test_sft_refuses_a_directory_another_process_owns(tiny_model_dir, tmp_path):
+def test_sft_refuses_a_directory_another_process_owns(tiny_model_dir, tmp_path, capfd):
     out = tmp_path / "sft"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from sleuth.core.rundir import RunDirLock; "
                                f"RunDirLock({str(out)!r}).acquire(); print('held', flush=True); time.sleep(120)"],
                               env=ENV, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        proc = sleuth("sft", "--out", out, "--set", f"model={tiny_model_dir}", "--set", "data.task_limit=2")
+        proc = sleuth_here("sft", "--out", out, "--set", f"model={tiny_model_dir}", "--set", "data.task_limit=2",
+                           capfd=capfd)
     finally:
         holder.kill()
         holder.wait()

@@ -1,6 +1,8 @@
 """Tinker SDK client code run against `sleuth serve tinker` by tests/test_tinker_server.py, in the venv that holds
-the SDK (`make tinker`). Usage: python -P tinker_client.py SCENARIO BASE_URL MODEL_NAME MODEL_DIR [ARG]; prints
-one JSON object of what it measured. The assertions live in the test; this is plain user code of the SDK."""
+the SDK (`make tinker`). Usage: python -P tinker_client.py SCENARIO[,SCENARIO...] BASE_URL MODEL_NAME MODEL_DIR [ARG];
+runs the scenarios in order in this one process (one interpreter start for several) and prints one JSON object:
+each scenario's name → what it measured, or {"failed": its traceback}, so a scenario's fault stays in the test that
+reads it. The assertions live in the test; this is plain user code of the SDK."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 import math
 import os
 import sys
+import traceback
 
 import tinker
 import torch
@@ -141,5 +144,10 @@ def resume() -> dict:
 
 
 if __name__ == "__main__":
-    result = globals()[SCENARIO]()
-    print(json.dumps(result, default=lambda x: None if isinstance(x, float) and math.isnan(x) else str(x)))
+    results = {}
+    for scenario in SCENARIO.split(","):
+        try:
+            results[scenario] = globals()[scenario]()
+        except Exception:  # the test that reads this scenario fails with its traceback
+            results[scenario] = {"failed": traceback.format_exc()}
+    print(json.dumps(results, default=lambda x: None if isinstance(x, float) and math.isnan(x) else str(x)))
