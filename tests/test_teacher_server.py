@@ -30,7 +30,9 @@ def vllm_teacher(tiny_model_dir):
     if python is None:
         pytest.skip("no vLLM interpreter (make vllm builds .venv-vllm)")
     port = free_port()
-    env = {**os.environ, **server_env(), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    # the engine core in the server's own process (not vLLM's default process of its own): one vLLM start, not two;
+    # what the teacher client sends and reads is the same
+    env = {**os.environ, **server_env(), "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     with open(os.devnull, "w") as devnull:
         proc = subprocess.Popen(vllm_command(python, tiny_model_dir, port, torch.float32) + ["--enforce-eager"],
                                 env=env, stdout=devnull, stderr=subprocess.STDOUT, start_new_session=True)
