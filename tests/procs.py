@@ -1,7 +1,10 @@
 """The processes a test started: found through the process tree, so that tests running side by side (xdist) never
 see, or kill, each other's Ray workers; and `sleuth` run in the test's own process where no signal must reach it."""
 
+import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 
@@ -110,3 +113,22 @@ def sleuth_here(*args: object, capfd=None, threads: int | None = None) -> subpro
         torch.set_num_threads(before)
     out, err = capfd.readouterr() if capfd is not None else ("", "")
     return subprocess.CompletedProcess(argv, code, out, err)
+
+
+def start_sleuth(args: list, log: Path) -> subprocess.Popen:
+    """`sleuth ARGS` in a session of its own (for a signal to reach it alone), on one thread, outside any torch
+    process group of the test's; stderr to `log` (a pipe nobody reads fills up and blocks the command)."""
+    from sleuth.training.zero import DIST_VARS
+
+    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "sleuth.cli", *map(str, args)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=open(log, "w"), start_new_session=True)  # noqa: SIM115
+
+
+def wait_for(pred, proc: subprocess.Popen, timeout: float = 300.0) -> None:
+    """Until `pred()` holds; fails if `proc` ends first or `timeout` seconds pass."""
+    end = time.time() + timeout
+    while not pred():
+        assert proc.poll() is None, "the command ended before the awaited moment"
+        assert time.time() < end, "timed out"
+        time.sleep(0.02)

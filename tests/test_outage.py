@@ -7,9 +7,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
-from procs import sleuth_here
+from procs import sleuth_here, wait_for
 
 from sleuth.core.net import free_port, wait_healthy
 from sleuth.training.metrics import read_metrics
@@ -27,14 +26,6 @@ def env_server(port: int) -> subprocess.Popen:
     proc = sleuth("serve", "env", "--env", "sleuth/DocRead-v0", "--port", port)
     wait_healthy(f"http://127.0.0.1:{port}", 60, proc)
     return proc
-
-
-def wait_for(pred, proc: subprocess.Popen, timeout: float = 240.0) -> None:
-    end = time.time() + timeout
-    while not pred():
-        assert proc.poll() is None, "the run ended before the awaited moment"
-        assert time.time() < end, "timed out"
-        time.sleep(0.02)
 
 
 def test_a_step_that_lost_every_env_server_is_sampled_again_and_a_signal_in_the_wait_checkpoints_before_it(

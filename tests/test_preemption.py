@@ -10,34 +10,17 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from procs import sleuth_here
+from procs import sleuth_here, start_sleuth, wait_for
 
 from sleuth.core.interrupts import HoldUntilStepEnd, Terminated, exit_code, sigterm_as_interrupt
 from sleuth.training.metrics import read_metrics
-from sleuth.training.zero import DIST_VARS
 
-ENV = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
 RESUME_LINE = "interrupted: rerun with --resume to continue from the last checkpoint"
-
-
-def start(args: list, log: Path) -> subprocess.Popen:
-    """`sleuth ARGS` in its own session, stderr to `log` (a pipe nobody reads would block it)."""
-    return subprocess.Popen([sys.executable, "-m", "sleuth.cli", *map(str, args)], env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=open(log, "w"), start_new_session=True)  # noqa: SIM115
-
-
-def wait_for(pred, proc: subprocess.Popen, timeout: float = 240.0) -> None:
-    end = time.time() + timeout
-    while not pred():
-        assert proc.poll() is None, "the command ended before the awaited moment"
-        assert time.time() < end, "timed out"
-        time.sleep(0.02)
 
 
 def lines(path: Path) -> int:
@@ -84,7 +67,7 @@ def test_sigterm_checkpoints_the_sft_step_in_flight_and_resume_continues_exactly
             "--set", "tensorboard=false", "--set", "checkpoint.export_hf=false", "--set", "checkpoint.every=0",
             "--set", "deepspeed.dtype=fp32"]
     out, ref = tmp_path / "sft", tmp_path / "ref"
-    proc = start(["sft", "--out", out, *args], tmp_path / "sft.log")
+    proc = start_sleuth(["sft", "--out", out, *args], tmp_path / "sft.log")
     wait_for(lambda: lines(out / "metrics.jsonl") >= 1, proc)
     stderr, _ = sigterm_and_wait(proc, tmp_path / "sft.log")
     step = int((out / "checkpoints" / "latest").read_text().removeprefix("step-"))
@@ -117,7 +100,7 @@ def test_sigterm_ends_eval_with_its_env_server_and_the_same_command_resumes(tmp_
     out = tmp_path / "eval"
     cmd = ["eval", "--env", "bfcl:multi_turn_base", "--tasks", "bfcl:multi_turn_base:test", "--policy", "oracle",
            "--limit", "6", "--concurrency", "1", "--out", out]
-    proc = start(cmd, tmp_path / "eval.log")
+    proc = start_sleuth(cmd, tmp_path / "eval.log")
     wait_for(lambda: lines(out / "trajectories.jsonl") >= 2, proc)
     stderr, kids = sigterm_and_wait(proc, tmp_path / "eval.log")
     assert any("serve env --env bfcl:multi_turn_base" in k for k in kids), kids  # started, and gone

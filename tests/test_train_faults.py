@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from procs import sleuth_here
+from procs import sleuth_here, wait_for
 
 from sleuth.agents.trajectory import Trajectory, Turn
 from sleuth.core.errors import ConfigError
@@ -50,14 +50,6 @@ def errors(stderr: str) -> list[str]:
     """The failure lines; a traceback anywhere fails the test."""
     assert "Traceback" not in stderr and "[rank0]" not in stderr, stderr[-3000:]
     return [line for line in stderr.splitlines() if line.startswith("error:")]
-
-
-def wait_until(pred, proc, timeout=240.0):
-    end = time.time() + timeout
-    while not pred():
-        assert proc.poll() is None, "the run ended before the awaited moment"
-        assert time.time() < end, "timed out"
-        time.sleep(0.02)
 
 
 def hotpot_file(data_dir: Path, path: Path, n: int, cut: set[int] = frozenset()) -> str:
@@ -266,7 +258,7 @@ def test_a_run_killed_mid_checkpoint_resumes_from_the_last_complete_one_and_owns
     args = ["train", "--out", out, *tiny_args(tiny_model_dir), "--max-steps", 4]
     p = start(args, tmp_path / "killed.log", python=(sys.executable, "-c", SLOW_SEAL),
               SEALING=str(tmp_path / "sealing"))
-    wait_until(lambda: (tmp_path / "sealing").exists(), p)
+    wait_for(lambda: (tmp_path / "sealing").exists(), p)
     twin = sleuth_here(*args, capfd=capfd)  # the same command again, while the first one holds --out
     assert twin.returncode == 2  # BadInput: another process owns --out
     [line] = errors(twin.stderr)
@@ -304,7 +296,7 @@ def test_ctrl_c_says_to_resume_and_resume_says_where_it_continues(tiny_model_dir
     p = start(args, log)
     # `latest` is written last, after the tag directory is renamed into place: a SIGINT between the two leaves a
     # whole checkpoint that resume finds by its tag, but no pointer for this test to read
-    wait_until(lambda: (out / "checkpoints" / "latest").exists(), p)
+    wait_for(lambda: (out / "checkpoints" / "latest").exists(), p)
     p.send_signal(signal.SIGINT)
     assert p.wait(timeout=120) == 130
     stderr = log.read_text()

@@ -6,21 +6,17 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 import torch
-from procs import sleuth_here
+from procs import sleuth_here, start_sleuth, wait_for
 
 import sleuth
 from sleuth.agents.loop.episodes import run_episodes
 from sleuth.agents.policies.load import load_policy
 from sleuth.training.config import load_config
 from sleuth.training.metrics import read_metrics
-from sleuth.training.zero import DIST_VARS
 
 
 def _cfg(tiny_model_dir, out, **over):
@@ -131,30 +127,12 @@ def test_zero_variance_drop_and_dynamic(tiny_model_dir, tmp_path):
     assert dyn.sampler.cursor == 4  # two rounds of two tasks drawn
 
 
-ENV = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"OMP_NUM_THREADS": "1"}
-
-
 def _train_args(tiny_model_dir, *extra) -> list[str]:
     """`sleuth train` of 4 steps on the tiny model at the smallest settings, in fp32 on every CPU."""
     return ["--set", f"model={tiny_model_dir}", "--set", "env_args={harness: text}", "--set", "task_limit=24",
             "--set", "rollout.max_tokens=12", "--set", "rollout.group_size=2", "--set", "checkpoint.export_hf=false",
             "--set", "tensorboard=false", "--set", "deepspeed.dtype=fp32", "--set", "loss.entropy_coef=0.01",
             "--max-steps", "4", *extra]
-
-
-def _start(out, args, log) -> subprocess.Popen:
-    """`sleuth train --out OUT ARGS` in its own session (for a signal to reach it), stderr to `log` (a pipe nobody
-    reads fills up and blocks the trainer)."""
-    return subprocess.Popen([sys.executable, "-m", "sleuth.cli", "train", "--out", str(out), *args], env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=open(log, "w"), start_new_session=True)  # noqa: SIM115
-
-
-def _wait_for(pred, proc: subprocess.Popen, timeout: float = 300.0) -> None:
-    end = time.time() + timeout
-    while not pred():
-        assert proc.poll() is None, "the run ended before the awaited moment"
-        assert time.time() < end, "timed out"
-        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")
@@ -190,8 +168,8 @@ def test_a_run_preempted_then_killed_continues_exactly_after_each_resume(tiny_mo
     import psutil
 
     out, args, ckpts = tmp_path / "run", _train_args(tiny_model_dir), tmp_path / "run" / "checkpoints"
-    proc = _start(out, [*args, "--set", "checkpoint.every=0"], tmp_path / "preempted.log")
-    _wait_for(lambda: len(read_metrics(out / "metrics.jsonl")) >= 1, proc)
+    proc = start_sleuth(["train", "--out", out, *args, "--set", "checkpoint.every=0"], tmp_path / "preempted.log")
+    wait_for(lambda: len(read_metrics(out / "metrics.jsonl")) >= 1, proc)
     kids = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signal.SIGTERM)
     stderr = (tmp_path / "preempted.log").read_text
@@ -204,8 +182,8 @@ def test_a_run_preempted_then_killed_continues_exactly_after_each_resume(tiny_mo
     assert f"stopped after step {stopped}: checkpoint step-{stopped:06d} written" in stderr()
     assert stderr().rstrip().splitlines()[-1] == "interrupted: rerun with --resume to continue from the last checkpoint"
 
-    proc = _start(out, [*args, "--resume"], tmp_path / "killed.log")
-    _wait_for(lambda: (ckpts / f"step-{stopped + 1:06d}").exists(), proc)
+    proc = start_sleuth(["train", "--out", out, *args, "--resume"], tmp_path / "killed.log")
+    wait_for(lambda: (ckpts / f"step-{stopped + 1:06d}").exists(), proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert f"resumed {out} from step {stopped} (checkpoint step-{stopped:06d})" in (tmp_path / "killed.log").read_text()
@@ -236,8 +214,8 @@ def test_an_async_run_killed_and_resumed_trains_the_same_tasks_per_step(tiny_mod
     (sampled again, from the checkpoint's weights)."""
     killed, args = tmp_path / "killed", _train_args(tiny_model_dir, "--set", "rollout.max_staleness=1",
                                                     "--set", "loss.rollout_is=tis")
-    proc = _start(killed, args, tmp_path / "killed.log")
-    _wait_for(lambda: (killed / "checkpoints" / "step-000002").exists(), proc)
+    proc = start_sleuth(["train", "--out", killed, *args], tmp_path / "killed.log")
+    wait_for(lambda: (killed / "checkpoints" / "step-000002").exists(), proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     run = sleuth_here("train", "--out", killed, *args, "--resume", capfd=capfd, threads=1)
