@@ -26,8 +26,8 @@ pytestmark = pytest.mark.skipif(not TINKER_PY.exists(), reason="no tinker venv (
 
 
 class Server:
-    def __init__(self, model_dir: str, state_dir: Path, sampler: str = "transformers"):
-        self.model_dir, self.state_dir, self.sampler = model_dir, state_dir, sampler
+    def __init__(self, model_dir: str, state_dir: Path, sampler: str = "transformers", *flags: str):
+        self.model_dir, self.state_dir, self.sampler, self.flags = model_dir, state_dir, sampler, flags
         self.proc: subprocess.Popen | None = None
         self.url = ""
 
@@ -36,7 +36,7 @@ class Server:
         self.url = f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen([sys.executable, "-m", "sleuth.cli", "serve", "tinker", "--model", self.model_dir,
                                       "--name", NAME, "--port", str(port), "--state-dir", str(self.state_dir),
-                                      "--sampler", self.sampler],
+                                      "--sampler", self.sampler, *self.flags],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_healthy(self.url, 600, self.proc)
 
@@ -115,8 +115,10 @@ def test_training_and_sampling_through_the_sdk(sdk):
 @pytest.mark.skipif(default_vllm_python() is None, reason="no vLLM interpreter (make vllm builds .venv-vllm)")
 def test_the_vllm_sampler_serves_the_trainers_weights(tiny_model_dir, tmp_path):
     """`--sampler vllm`: each sampler's weights are synced into vLLM and verified before it samples; an lm_head
-    adapter on a tied-embedding model is refused at creation (vLLM loads that matrix once for both ends)."""
-    s = Server(tiny_model_dir, tmp_path / "state", "vllm")
+    adapter on a tied-embedding model is refused at creation (vLLM loads that matrix once for both ends). The engine
+    is eager, as every vLLM engine in the suite (a compiled one starts ~20 s later here): a compiled engine's synced
+    weights are checked by `experiments/gpu_check.py`'s ray_vllm, which runs vLLM's defaults."""
+    s = Server(tiny_model_dir, tmp_path / "state", "vllm", "--vllm-arg=--enforce-eager")
     s.start()
     try:
         both = client(s, "train,errors", "vllm")

@@ -179,7 +179,7 @@ def build(args: argparse.Namespace) -> Server:
     if args.sampler == "vllm":
         from sleuth.servers.tinker.vllm_sampler import VLLMSampler
 
-        engine = VLLMSampler(models, args.vllm_python)
+        engine = VLLMSampler(models, args.vllm_python, args.vllm_arg)
     also = "".join(f" (also as {a!r})" for a in models.aliases)
     banner = (f"serving {name}{also} ({path}) for tinker {SDK_VERSION} clients at {{url}}, sampling on "
               f"{args.sampler}; checkpoints in {state_dir}")
