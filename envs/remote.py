@@ -5,7 +5,8 @@ RemoteEnv takes the next one, round robin, so the agent loop spreads its episode
 `tasks=[...]` works as for the built-in envs: a reset without `options={"task": ...}` draws one of them
 (with the env's seeded generator, here) and sends it to the server. Without either, the reset sends only its
 seed (or none) and the env on the server takes it as it would in process (a family env's seed is its episode: a
-row, a game seed). Every other keyword builds the env on the server (e.g. `harness="text"`).
+row, a game seed). `env_id` names the env a server of a whole family (`sleuth serve env --env FAMILY:*`) builds;
+every other keyword builds the env on the server (e.g. `harness="text"`).
 
 Faults: requests time out (never a hang); connection failures and 429/502/503/504 answers are retried
 with backoff (`retries` times, counted under "env" in `net.retry_counts()`), then a dead or failing
@@ -38,9 +39,10 @@ _lock = threading.Lock()
 
 
 class RemoteEnvError(InfraFailure):
-    def __init__(self, message: str, status: int | None = None):
+    def __init__(self, message: str, status: int | None = None, detail: str | None = None):
         super().__init__(message)
         self.status = status  # the server's HTTP answer, where it gave one
+        self.detail = detail  # what the server said, where it said something
 
 
 def _pick_url(url: str, cls: str) -> str:
@@ -75,7 +77,8 @@ def _answer(url: str, path: str, resp: httpx.Response) -> dict[str, Any]:
             detail = resp.json().get("detail")
         except ValueError:
             detail = resp.text[:300]
-        raise RemoteEnvError(f"env server {url}{path} answered {resp.status_code}: {detail}", resp.status_code)
+        raise RemoteEnvError(f"env server {url}{path} answered {resp.status_code}: {detail}", resp.status_code,
+                             str(detail))
     return resp.json()
 
 
@@ -87,10 +90,11 @@ class RemoteEnv(gymnasium.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, url: str, timeout: float = 60.0, retries: int = 3, backoff_s: float = 0.5,
-                 tasks: Sequence[Any] | None = None, **env_kwargs: Any):
+                 tasks: Sequence[Any] | None = None, env_id: str | None = None, **env_kwargs: Any):
         self.url = _pick_url(url, "RemoteEnv")
         self.tasks = list(tasks) if tasks is not None else None
-        self.env_kwargs = env_kwargs  # e.g. harness="text": built on the server
+        # the env built on the server: its id (a FAMILY:* server's) and its keywords, e.g. harness="text"
+        self.create_body = {"kwargs": env_kwargs, **({"env": env_id} if env_id else {})}
         self.retries, self.backoff_s = retries, backoff_s
         self._http = httpx.Client(base_url=self.url, timeout=timeout)
         self.session_id: str | None = None
@@ -113,7 +117,7 @@ class RemoteEnv(gymnasium.Env):
         if self.session_id is None:
             try:
                 self.session_id = open_session(
-                    self.gate, lambda: self._call("POST", "/sessions", {"kwargs": self.env_kwargs})["session_id"],
+                    self.gate, lambda: self._call("POST", "/sessions", self.create_body)["session_id"],
                     _at_capacity, time.monotonic() + SESSION_WAIT_S, self.abandoned)
             except SessionsBusy as e:
                 raise RemoteEnvError(str(e), 429) from None
@@ -154,10 +158,10 @@ class AsyncRemoteEnv:
     `await env.aclose()`. Not a gymnasium.Env (gymnasium's API is synchronous)."""
 
     def __init__(self, url: str, timeout: float = 60.0, retries: int = 3, backoff_s: float = 0.5,
-                 tasks: Sequence[Any] | None = None, **env_kwargs: Any):
+                 tasks: Sequence[Any] | None = None, env_id: str | None = None, **env_kwargs: Any):
         self.url = _pick_url(url, "AsyncRemoteEnv")
         self.tasks = list(tasks) if tasks is not None else None
-        self.env_kwargs = env_kwargs
+        self.create_body = {"kwargs": env_kwargs, **({"env": env_id} if env_id else {})}
         self.retries, self.backoff_s = retries, backoff_s
         self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout)
         self.session_id: str | None = None
@@ -177,7 +181,7 @@ class AsyncRemoteEnv:
             self.np_random, _ = seeding.np_random(seed)
         body = _reset_body(options, self.tasks, self.np_random, seed)
         if self.session_id is None:
-            self.session_id = (await self._call("POST", "/sessions", {"kwargs": self.env_kwargs}))["session_id"]
+            self.session_id = (await self._call("POST", "/sessions", self.create_body))["session_id"]
         out = await self._call("POST", f"/sessions/{self.session_id}/reset", body)
         return out["observation"], out["info"]
 

@@ -44,8 +44,8 @@ def _tinker_flags(p: argparse.ArgumentParser) -> None:
                    help="sample on the trainer's own module, or on a vLLM server loaded with verified syncs")
     p.add_argument("--vllm-python", help="a Python with vLLM (default: $SLEUTH_VLLM_PYTHON, then .venv-vllm)")
     p.add_argument("--vllm-arg", action="append", default=[], metavar="FLAG",
-                   help="a flag for the vLLM server, repeatable; a flag with a value as one: --vllm-arg=--max-num-seqs=8 "
-                        "(as rollout.vllm_args in a training config)")
+                   help="a flag for the vLLM server, repeatable; a flag with a value as one: "
+                        "--vllm-arg=--max-num-seqs=8 (as rollout.vllm_args in a training config)")
 
 
 def _gateway_flags(p: argparse.ArgumentParser) -> None:

@@ -1,6 +1,9 @@
-"""Envs behind HTTP: `sleuth serve env --env ID --port P [--max-sessions N]` (FastAPI on uvicorn).
+"""Envs behind HTTP: `sleuth serve env --env ID --port P [--max-sessions N]` (FastAPI on uvicorn). `--env FAMILY:*`
+serves every env of a family, each session naming its own (the foreign-venv families start one such server per venv,
+however many of its envs a process makes: `envs/families/venv_server.py`); the session limit is the server's.
 
-POST   /sessions                  {"kwargs": {...}} → {"session_id"}   (429 beyond max_sessions)
+POST   /sessions                  {"kwargs": {...}, "env": ID?} → {"session_id"}   (429 beyond max_sessions; `env`
+                                  is required of a FAMILY:* server and must be the served id of any other)
 POST   /sessions/{id}/reset       {"task": {...}?, "seed": int?}  → {"observation", "info"}
                                   (no task: the env takes its seed, as `env.reset(seed=...)` does in process)
 POST   /sessions/{id}/step        {"action": "...", "seq": int?}
@@ -35,24 +38,39 @@ from sleuth.servers.base import Server
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
-def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessions: int = 64,
+def create_app(served: str, env_kwargs: dict[str, Any] | None = None, max_sessions: int = 64,
                session_timeout_s: float = 600.0):
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
     from pydantic import BaseModel, Field
 
     from sleuth.core.net import limit_body
+    from sleuth.envs.families import FAMILIES
     from sleuth.envs.families.base import EnvFailure
     from sleuth.envs.outcome import wire
-    from sleuth.envs.registry import make
+    from sleuth.envs.registry import UnknownEnvError, make
     from sleuth.envs.remote import MAX_ACTION_CHARS
 
-    make(env_id, **(env_kwargs or {})).close()  # a bad env id or argument fails at start-up
+    family = served.removesuffix(":*") if served.endswith(":*") else None
+    if family is None:
+        make(served, **(env_kwargs or {})).close()  # a bad env id or argument fails at start-up
+    elif family not in FAMILIES:
+        raise UnknownEnvError(f"no env family {family!r} (registered: {', '.join(FAMILIES.names())})")
     sessions: dict[str, dict[str, Any]] = {}
     lock = threading.Lock()
 
     class Create(BaseModel):
         kwargs: dict[str, Any] = Field(default_factory=dict)
+        env: str | None = None  # the env to build: required of a FAMILY:* server
+
+    def env_of(req: Create) -> tuple[str | None, str | None]:
+        """(the env id the session asks for, None) or (None, why this server does not serve it)."""
+        if family is None:
+            return (served, None) if req.env in (None, served) else (None, f"this server serves {served}, "
+                                                                              f"not {req.env}")
+        if req.env is None or not req.env.startswith(f"{family}:"):
+            return None, f"this server serves the {family} envs ({served}): name one as `env`, not {req.env!r}"
+        return req.env, None
 
     class Reset(BaseModel):
         task: dict[str, Any] | None = None
@@ -84,7 +102,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
         for sid in list(sessions):
             close(sid)
 
-    app = FastAPI(title=f"sleuth env server: {env_id}", lifespan=lifespan)
+    app = FastAPI(title=f"sleuth env server: {served}", lifespan=lifespan)
     limit_body(app, MAX_BODY_BYTES)
 
     def session(sid: str):
@@ -96,10 +114,13 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
 
     @app.get("/health")
     def health() -> dict[str, Any]:
-        return {"status": "ok", "env": env_id, "sessions": len(sessions), "max_sessions": max_sessions}
+        return {"status": "ok", "env": served, "sessions": len(sessions), "max_sessions": max_sessions}
 
     @app.post("/sessions")
     def create(req: Create):
+        env_id, refused = env_of(req)
+        if refused:
+            return JSONResponse({"detail": refused}, 422)
         with lock:
             if len(sessions) >= max_sessions:
                 return JSONResponse({"detail": f"the server is at its limit of {max_sessions} sessions"}, 429)

@@ -181,14 +181,14 @@ def test_episodes_of_one_item_never_share_backend_state():
 def test_a_killed_server_fails_the_episode_unscored_and_the_next_env_starts_another():
     env = sleuth.make("bfcl:multi_turn_base")
     env.reset(options={"task": _task("multi_turn_base_0")})
-    proc = venv_server.server_process(BFCL, "multi_turn_base")
+    proc = venv_server.server_process(BFCL)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(10)
     with pytest.raises(RemoteEnvError, match="unreachable"):
         env.step(call("ls"))
     trajs = list(run_episodes(lambda: sleuth.make("bfcl:multi_turn_base"), [_task("multi_turn_base_1")],
                               load_policy("oracle")))
-    assert trajs[0].verdict.score == 1.0 and venv_server.server_process(BFCL, "multi_turn_base").pid != proc.pid
+    assert trajs[0].verdict.score == 1.0 and venv_server.server_process(BFCL).pid != proc.pid
 
 
 @needs_venv

@@ -43,7 +43,8 @@ def test_train_with_vllm_workers_on_ray_survives_a_killed_worker(tiny_model_dir,
             "--set", "rollout.temperature=0.7", "--set", "cluster.backend=ray", "--set", "rollout.inference=vllm",
             "--set", "cluster.rollout_workers=2", "--set", "cluster.worker_cpus=0.5",
             "--set", "update.sync_transport=collective", "--set", "update.sync_bucket_mb=0.1",
-            # eager: a compiled engine's start costs ~50 s more here; experiments/gpu_check.py's ray_vllm syncs a compiled one
+            # eager: a compiled engine's start costs ~50 s more here (experiments/gpu_check.py's ray_vllm syncs a
+            # compiled one)
             "--set", "rollout.vllm_args=[--enforce-eager]"]
     run = Watched([sys.executable, "-m", "sleuth.cli", *args], tmp_path / "train.log", cwd=ROOT, env=env)
     metrics, killed = out / "metrics.jsonl", None

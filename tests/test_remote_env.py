@@ -131,6 +131,42 @@ def test_a_reset_by_seed_plays_the_episode_the_env_plays_in_process():
             RemoteEnv(url).reset(seed=2)
 
 
+def test_a_family_server_builds_each_sessions_own_env_of_that_family():
+    """`--env FAMILY:*`: each session names its env (sync and async clients), plays it as in process, and a session
+    that names none, or an env of another family, is refused; so is an env another server does not serve."""
+    import asyncio
+
+    from sleuth.envs.registry import UnknownEnvError
+    from sleuth.envs.remote import AsyncRemoteEnv
+
+    async def async_reset(url):
+        env = AsyncRemoteEnv(url, env_id="reasoning_gym:basic_arithmetic")
+        out = await env.reset(seed=3)
+        await env.aclose()
+        return out
+
+    with in_thread(create_app("reasoning_gym:*")) as url:
+        assert httpx.get(f"{url}/health").json()["env"] == "reasoning_gym:*"
+        for env_id in ("reasoning_gym:chain_sum", "reasoning_gym:basic_arithmetic"):
+            remote, local = RemoteEnv(url, env_id=env_id), sleuth.make(env_id)
+            obs, info = local.reset(seed=3)
+            assert remote.reset(seed=3) == (obs, wire(info))
+            remote.close()
+        obs, info = sleuth.make("reasoning_gym:basic_arithmetic").reset(seed=3)
+        assert asyncio.run(async_reset(url)) == (obs, wire(info))
+        for body in ({}, {"env": "gem:game:GuessTheNumber-v0-easy"}):
+            refused = httpx.post(f"{url}/sessions", json=body)
+            assert refused.status_code == 422 and "name one as `env`" in refused.json()["detail"]
+        with pytest.raises(RemoteEnvError, match="cannot build reasoning_gym:no_such_task") as bad:
+            RemoteEnv(url, env_id="reasoning_gym:no_such_task").reset(seed=0)
+        assert bad.value.status == 422 and bad.value.detail.startswith("cannot build reasoning_gym:no_such_task: ")
+    with in_thread(create_app("reasoning_gym:chain_sum")) as url:
+        with pytest.raises(RemoteEnvError, match="serves reasoning_gym:chain_sum, not reasoning_gym:basic_arithmetic"):
+            RemoteEnv(url, env_id="reasoning_gym:basic_arithmetic").reset(seed=0)
+    with pytest.raises(UnknownEnvError, match="no env family 'nope'"):
+        create_app("nope:*")
+
+
 def test_async_remote_env_runs_concurrent_episodes(hotpot_tasks):
     import asyncio
 

@@ -119,7 +119,7 @@ def test_bad_ids_arguments_and_rows_are_refused_in_one_line(capsys, tmp_path):
     from sleuth.cli.main import main
     from sleuth.training.config import load_config
 
-    with pytest.raises(ValueError, match="cannot serve verifiers:no-such-env: .*taskset 'no-such-env' not found"):
+    with pytest.raises(ValueError, match="cannot build verifiers:no-such-env: .*taskset 'no-such-env' not found"):
         sleuth.make("verifiers:no-such-env")
     with pytest.raises(ValueError, match="takes config .* not colour"):
         sleuth.make(ENV, colour="red")
@@ -142,13 +142,13 @@ def test_a_harness_that_rewrites_the_conversation_fails_the_episode_in_one_line(
 def test_a_killed_server_fails_the_episode_and_the_next_env_starts_another():
     env = sleuth.make(ENV)
     env.reset(options={"task": load_tasks("seeds:0")[0]})
-    proc = venv_server.server_process(VERIFIERS, "vf-calc")
+    proc = venv_server.server_process(VERIFIERS)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(10)
     with pytest.raises(RemoteEnvError, match="unreachable"):
         env.step('<tool_call>{"name": "calc_add", "arguments": {"a": 1, "b": 2}}</tool_call>')
     trajs = list(run_episodes(lambda: sleuth.make(ENV), load_tasks("seeds:2"), Adder()))
-    assert trajs[0].verdict.score == 1.0 and venv_server.server_process(VERIFIERS, "vf-calc").pid != proc.pid
+    assert trajs[0].verdict.score == 1.0 and venv_server.server_process(VERIFIERS).pid != proc.pid
 
 
 def test_null_harness_runs_offline_and_an_episode_cut_by_max_turns_leaves_nothing_behind():

@@ -1,5 +1,7 @@
-"""A family whose library clashes with sleuth's main venv runs in its own venv: one `sleuth serve env` per env id and
-process there, and a `RemoteEnv` session on it per env made here (verifiers, BFCL).
+"""A family whose library clashes with sleuth's main venv runs in its own venv: one `sleuth serve env --env FAMILY:*`
+per venv and process there, serving every env of the family this process makes, and a `RemoteEnv` session on it per
+env made here (verifiers, BFCL). One server, not one per env id: each costs an interpreter that imports the family's
+library (~8 s and ~150 MB for verifiers), and an eval over a benchmark's categories makes many ids.
 
 The server runs `python -P` from a scratch directory, so neither the working directory nor a script's folder goes
 on its sys.path: from the repository root, sleuth's own `verifiers/` folder would shadow the PyPI package. It is
@@ -52,17 +54,17 @@ class ForeignVenv:
         return python
 
 
-_servers: dict[tuple[str, str], tuple[subprocess.Popen, str, Path]] = {}
+_servers: dict[str, tuple[subprocess.Popen, str, Path]] = {}  # by family
 _lock = threading.Lock()
 
 
-def _start(venv: ForeignVenv, env_id: str) -> tuple[subprocess.Popen, str, Path]:
+def _start(venv: ForeignVenv) -> tuple[subprocess.Popen, str, Path]:
     python, port = venv.python(), free_port()
     workdir = Path(tempfile.mkdtemp(prefix=f"sleuth-{venv.family}-"))
     log = workdir / "server.log"
     env = {**{k: v.format(workdir=workdir) for k, v in venv.server_env.items()}, **os.environ}
     with open(log, "wb") as out:
-        proc = subprocess.Popen([python, "-P", "-m", "sleuth.cli", "serve", "env", "--env", f"{venv.family}:{env_id}",
+        proc = subprocess.Popen([python, "-P", "-m", "sleuth.cli", "serve", "env", "--env", f"{venv.family}:*",
                                  "--port", str(port)], cwd=workdir, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -72,7 +74,7 @@ def _start(venv: ForeignVenv, env_id: str) -> tuple[subprocess.Popen, str, Path]
         _kill(proc)
         said = log.read_text(errors="replace").strip().splitlines()
         shutil.rmtree(workdir, ignore_errors=True)
-        if proc.returncode == 2 and said:  # the server refused the env: its one line (`cannot serve ...`) says why
+        if proc.returncode == 2 and said:  # the server refused: its one line (`cannot serve ...`) says why
             raise ValueError(said[-1].removeprefix("error: ")) from None
         raise RuntimeError(f"the {venv.family} env server ({python}) did not start: {e}: "
                            f"{' | '.join(said[-3:])}") from None
@@ -101,31 +103,32 @@ def _stop_all() -> None:
         _servers.clear()
 
 
-def server_process(venv: ForeignVenv, env_id: str) -> subprocess.Popen | None:
-    """The server process of `env_id` in `venv`, if one was started."""
-    running = _servers.get((venv.family, env_id))
+def server_process(venv: ForeignVenv) -> subprocess.Popen | None:
+    """The server process of `venv`'s family, if one was started."""
+    running = _servers.get(venv.family)
     return running[0] if running else None
 
 
-def server_url(venv: ForeignVenv, env_id: str) -> str:
-    """The running server of `env_id`, started (again) if it is not running."""
-    key = (venv.family, env_id)
+def server_url(venv: ForeignVenv) -> str:
+    """The running server of `venv`'s family, started (again) if it is not running."""
     with _lock:
-        running = _servers.get(key)
+        running = _servers.get(venv.family)
         if running is None or running[0].poll() is not None:
             if running is not None:
                 _stop(running)
-            _servers[key] = running = _start(venv, env_id)
+            _servers[venv.family] = running = _start(venv)
         return running[1]
 
 
 def remote_env(venv: ForeignVenv, env_id: str, env_args: dict[str, Any], timeout: float) -> RemoteEnv:
-    """A session on the env's server; env_args build the env there (they must be JSON)."""
+    """A session on the family's server for `FAMILY:env_id`; env_args build the env there (they must be JSON)."""
     json.dumps(env_args)  # refuse what cannot travel, here, in one line
-    env = RemoteEnv(server_url(venv, env_id), timeout=timeout, **env_args)
+    env = RemoteEnv(server_url(venv), timeout=timeout, env_id=f"{venv.family}:{env_id}", **env_args)
     try:
         env.open()  # the env is built there now: a bad id or argument is one line here, before any episode
     except RemoteEnvError as e:
         env.close()
-        raise ValueError(str(e)) from None
+        if e.status == 422 and e.detail:  # the server's own line: `cannot build FAMILY:ID: ...`
+            raise ValueError(e.detail) from None
+        raise
     return env

@@ -32,8 +32,9 @@ class VLLMSampler:
         probe = models.tokenizer.apply_chat_template([{"role": "user", "content": PROBE_TEXT}],
                                                      add_generation_prompt=True)
         probe = list(probe["input_ids"] if hasattr(probe, "keys") else probe)
-        self.engine = VLLMRollout(RolloutConfig(inference="vllm", vllm_python=vllm_python, vllm_args=vllm_args), models.model_dir, probe,
-                                  UpdateConfig().sync_tolerance_vllm, dtype=models.base.dtype)  # the trainer's
+        rollout = RolloutConfig(inference="vllm", vllm_python=vllm_python, vllm_args=vllm_args)
+        self.engine = VLLMRollout(rollout, models.model_dir, probe, UpdateConfig().sync_tolerance_vllm,
+                                  dtype=models.base.dtype)  # the trainer's
         self.url, self.served = self.engine.urls[0], self.engine.served
         self.loaded: Path | None = None  # the sampler weights the server holds (None: the base model's)
 
