@@ -110,12 +110,13 @@ def test_a_docread_smoke_starts_from_the_tiny_model_every_reader_reads_with(abla
 
 
 @pytest.mark.long
-def test_search_smoke_builds_its_warm_start_and_trains_a_step_reward_and_the_reader_arm(ablate, tmp_path, capsys):
-    """End to end on Search (about two minutes on 2 cores): the warm start is SFT on Search oracle demonstrations
-    with dev held out; Search's opens are read events, so info_gain/support trains there (that cw_grpo keeps its
-    rule judge where reads are reported is `arm_overrides`', tested above); the reader arm reads with the given
-    model. The warm start and both arms on dev and test, one table per set; `--report` rebuilds it alone."""
-    out, arms = tmp_path / "ablate-search", ["info_gain/support", "info_gain/gold_prob@reader"]
+def test_search_smoke_builds_its_warm_start_and_trains_the_reader_arm(ablate, tmp_path, capsys):
+    """End to end on Search (about a minute on 2 cores): the warm start is SFT on Search oracle demonstrations with
+    dev held out; the reader arm (a step reward) reads with the given model. The warm start and the arm on dev and
+    test, one table per set; `--report` rebuilds it alone. One arm: the others differ only in their `--set`s
+    (`arm_overrides`, and which arms an env keeps, `fit_to_env`: tested above), and each arm costs a training and
+    two evaluations, each a `sleuth` process."""
+    out, arms = tmp_path / "ablate-search", ["info_gain/gold_prob@reader"]
     smoke(ablate, out, "--env", "search", "--only", ",".join(arms))
     assert "Left out" not in capsys.readouterr().err
     warm = yaml.safe_load((out / "warm" / "config.yaml").read_text())["data"]
