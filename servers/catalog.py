@@ -15,7 +15,8 @@ def _retrieval_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _env_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", required=True)
+    p.add_argument("--env", required=True, help="an env id, or FAMILY:* for every env of a family (each session "
+                   "names its own)")
     p.add_argument("--max-sessions", type=bounded(int, 1), default=64)
     p.add_argument("--session-timeout", type=bounded(float, 1), default=600.0, help="close sessions idle this long (s)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")

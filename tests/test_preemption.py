@@ -103,7 +103,7 @@ def test_sigterm_ends_eval_with_its_env_server_and_the_same_command_resumes(tmp_
     proc = start_sleuth(cmd, tmp_path / "eval.log")
     wait_for(lambda: lines(out / "trajectories.jsonl") >= 2, proc)
     stderr, kids = sigterm_and_wait(proc, tmp_path / "eval.log")
-    assert any("serve env --env bfcl:multi_turn_base" in k for k in kids), kids  # started, and gone
+    assert any("serve env --env bfcl:*" in k for k in kids), kids  # started, and gone
     assert stderr.rstrip().splitlines()[-1] == \
         "interrupted: what finished is kept; run the same command again to resume"
     kept = (out / "trajectories.jsonl").read_text().splitlines()
