@@ -113,11 +113,14 @@ def test_training_and_sampling_through_the_sdk(sdk):
 
 @pytest.mark.long
 @pytest.mark.skipif(default_vllm_python() is None, reason="no vLLM interpreter (make vllm builds .venv-vllm)")
-def test_the_vllm_sampler_serves_the_trainers_weights(tiny_model_dir, tmp_path):
+def test_the_vllm_sampler_serves_the_trainers_weights(tiny_model_dir, tmp_path, monkeypatch):
     """`--sampler vllm`: each sampler's weights are synced into vLLM and verified before it samples; an lm_head
     adapter on a tied-embedding model is refused at creation (vLLM loads that matrix once for both ends). The engine
-    is eager, as every vLLM engine in the suite (a compiled one starts ~20 s later here): a compiled engine's synced
-    weights are checked by `experiments/gpu_check.py`'s ray_vllm, which runs vLLM's defaults."""
+    is eager, as every vLLM engine in the suite (a compiled one costs ~7 CPU s more to start here; a compiled
+    engine's synced weights are checked by `experiments/gpu_check.py`'s ray_vllm, which runs vLLM's defaults), and
+    its core runs in the vLLM server's process (~9 CPU s fewer: one vLLM import, not two); that a separate engine
+    core goes with its server is tests/test_ray_vllm.py's."""
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     s = Server(tiny_model_dir, tmp_path / "state", "vllm", "--vllm-arg=--enforce-eager")
     s.start()
     try:
