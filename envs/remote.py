@@ -66,6 +66,11 @@ def _reset_body(options: dict[str, Any] | None, tasks: list[Any] | None, rng: An
     return {"task": task.to_dict() if hasattr(task, "to_dict") else dict(task), "seed": seed}
 
 
+def _create_body(env_kwargs: dict[str, Any], env_id: str | None) -> dict[str, Any]:
+    """What opening a session sends: the env's keywords (e.g. harness="text") and, for a FAMILY:* server, its id."""
+    return {"kwargs": env_kwargs, **({"env": env_id} if env_id else {})}
+
+
 def _unreachable(url: str, path: str, e: httpx.TransportError) -> RemoteEnvError:
     detail = str(e) if isinstance(e, RetriesExhausted) else f"{path}: {type(e).__name__}: {e}"
     return RemoteEnvError(f"env server {url} unreachable: {detail}")
@@ -93,8 +98,7 @@ class RemoteEnv(gymnasium.Env):
                  tasks: Sequence[Any] | None = None, env_id: str | None = None, **env_kwargs: Any):
         self.url = _pick_url(url, "RemoteEnv")
         self.tasks = list(tasks) if tasks is not None else None
-        # the env built on the server: its id (a FAMILY:* server's) and its keywords, e.g. harness="text"
-        self.create_body = {"kwargs": env_kwargs, **({"env": env_id} if env_id else {})}
+        self.create_body = _create_body(env_kwargs, env_id)
         self.retries, self.backoff_s = retries, backoff_s
         self._http = httpx.Client(base_url=self.url, timeout=timeout)
         self.session_id: str | None = None
@@ -161,7 +165,7 @@ class AsyncRemoteEnv:
                  tasks: Sequence[Any] | None = None, env_id: str | None = None, **env_kwargs: Any):
         self.url = _pick_url(url, "AsyncRemoteEnv")
         self.tasks = list(tasks) if tasks is not None else None
-        self.create_body = {"kwargs": env_kwargs, **({"env": env_id} if env_id else {})}
+        self.create_body = _create_body(env_kwargs, env_id)
         self.retries, self.backoff_s = retries, backoff_s
         self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout)
         self.session_id: str | None = None

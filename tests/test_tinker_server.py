@@ -127,7 +127,9 @@ def test_the_vllm_sampler_serves_the_trainers_weights(tiny_model_dir, tmp_path, 
         both = client(s, "train,errors", "vllm")
     finally:
         engine = descendants(s.proc.pid, "vllm") + descendants(s.proc.pid, "VLLM::")
+        flags = [open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0") for pid in engine if alive(pid)]
         s.kill()
+    assert [f for f in flags if b"--enforce-eager" in f]  # --vllm-arg reached the vLLM server
     # a killed server takes its vLLM server (and that one its engine core) with it: nothing holds the memory
     deadline = time.monotonic() + 60
     while any(alive(pid) for pid in engine) and time.monotonic() < deadline:
